@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use choicewise_testserver::{TestServer, TestServerBuilder, answer};
+use choicewise_testserver::{Failure, TestServer, TestServerBuilder, answer, tool_call_answer};
 use serde_json::{Value, json};
 
 use crate::common::{answering, refusing, serve, silent};
@@ -988,6 +988,89 @@ async fn tool_loops_over_each_api(agent: Agent, samples: usize, policy: &str, ca
     futures::future::join_all(runs).await;
 }
 
+/// A turn after a broken call, over a Gemini upstream. The conversation begins on a Chat
+/// upstream whose call's arguments are cut short (not JSON) and which then fails, so that its
+/// model falls back to one over Gemini (`fallbacks`): the agent sends the broken call back
+/// with what its tool made of it, the Gemini upstream is asked that turn (the call passed on,
+/// not refused), and its answer ends the turn. Gemini CLI is told the call in Gemini's own
+/// terms (`MALFORMED_FUNCTION_CALL`) and asks the turn again, which Gemini answers.
+async fn a_turn_after_a_broken_call_over_gemini(agent: Agent) {
+    let work = fresh_dir("work");
+    let call = agent.tool_call(&work, 0);
+    let whole = call.arguments.to_string();
+    let broken = &whole[..whole.len() - 1];
+    let said = "The turn after the broken call was answered over Gemini.";
+    let broken_call = || TestServer::builder().body(tool_call_answer(call.name, broken));
+    let mut chat = broken_call();
+    for _ in 0..agent.side_requests() {
+        chat = chat.then(broken_call());
+    }
+    // Every later request fails, before any byte: the model falls back.
+    for _ in 0..64 {
+        chat = chat.then(TestServer::builder().fail(Failure::status(500)));
+    }
+    let chat = chat.start().await.unwrap();
+    let gemini = (TestServer::builder().body(text_answer("gemini", said)))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[auth]\nkeys_env = \"AGENT_KEYS\"\n\
+         [[models]]\nname = \"agent-broken\"\nfallbacks = [\"agent-gemini\"]\n\
+         [[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\n\
+         [models.retry]\nbackoff_ms = 1\n\
+         [[models]]\nname = \"agent-gemini\"\n\
+         [[models.upstreams]]\napi = \"gemini\"\nbase_url = \"{}beta\"\nmodel = \"up\"\n",
+        chat.base_url(),
+        gemini.base_url()
+    );
+    let addr = serve(&toml, |name| {
+        (name == "AGENT_KEYS").then(|| KEY.to_string())
+    })
+    .await
+    .0;
+    let ran = run_agent_in(agent, addr, "agent-broken", "Do it.", &[], work).await;
+    assert_eq!(ran.code, Some(0), "{agent:?}: {ran}");
+    assert!(ran.stdout.contains(said), "{agent:?}: {ran}");
+    assert!(
+        !turns(&chat, "chat").is_empty(),
+        "{agent:?}: the Chat upstream was not asked: {ran}"
+    );
+    let turns = turns(&gemini, "gemini");
+    assert!(!turns.is_empty(), "{agent:?}: Gemini was not asked: {ran}");
+    if agent == Agent::GeminiCli {
+        // Told in its own API's terms (`MALFORMED_FUNCTION_CALL`, as Gemini says it), Gemini
+        // CLI asks the turn again rather than keeping the call.
+        let asked = chat.requests().len() + turns.len();
+        assert!(asked >= 2, "{agent:?}: the turn was not asked again: {ran}");
+        return;
+    }
+    // The turn after the call carries it back (as the agent keeps it: Codex its text,
+    // Claude Code its own object around it), with what the tool made of it.
+    let parts: Vec<&Value> = (turns.iter())
+        .flat_map(|turn| turn["contents"].as_array().into_iter().flatten())
+        .flat_map(|content| content["parts"].as_array().into_iter().flatten())
+        .collect();
+    let carried = (parts.iter()).any(|part| {
+        part["functionCall"]["name"] == call.name && holds(&part["functionCall"]["args"], broken)
+    });
+    let answered = (parts.iter()).any(|part| part["functionResponse"]["name"] == call.name);
+    assert!(
+        carried && answered,
+        "{agent:?}: no turn to Gemini carries the broken call back with its result: {turns:?}\n{ran}"
+    );
+}
+
+/// Whether `value` holds the string `text`, at any depth.
+fn holds(value: &Value, text: &str) -> bool {
+    match value {
+        Value::String(s) => s == text,
+        Value::Array(items) => items.iter().any(|v| holds(v, text)),
+        Value::Object(fields) => fields.values().any(|v| holds(v, text)),
+        _ => false,
+    }
+}
+
 /// The agent runs the tool a Bedrock upstream calls (ConverseStream, each request's SigV4
 /// signature checked by botocore: crate::bedrock_upstream), and the upstream's next answer,
 /// given once the tool's output reached it, ends the turn.
@@ -1412,4 +1495,25 @@ async fn gemini_cli_counts_an_image_it_read() {
         ("ended", "complete"),
     ];
     assert_eq!(of("choicewise_answers_total", &complete), 2.0, "{metrics}");
+}
+
+/// The turn after a broken call, over a Gemini upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Claude Code from npm: scripts/agents.sh install"]
+async fn claude_code_turn_after_a_broken_call_over_gemini() {
+    a_turn_after_a_broken_call_over_gemini(Agent::ClaudeCode).await;
+}
+
+/// The turn after a broken call, over a Gemini upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Codex CLI from npm: scripts/agents.sh install"]
+async fn codex_turn_after_a_broken_call_over_gemini() {
+    a_turn_after_a_broken_call_over_gemini(Agent::Codex).await;
+}
+
+/// The turn after a broken call, over a Gemini upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Gemini CLI from npm: scripts/agents.sh install"]
+async fn gemini_cli_turn_after_a_broken_call_over_gemini() {
+    a_turn_after_a_broken_call_over_gemini(Agent::GeminiCli).await;
 }
