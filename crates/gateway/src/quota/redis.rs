@@ -5,11 +5,14 @@
 //! (`v`), expiring a second after its window ends.
 //!
 //! The connection is `redis`'s connection manager (it reconnects by itself), made on first
-//! use, inside the runtime. Settlements are made without waiting by a task of the store's:
-//! queued (at most [`QUEUED`] requests' worth; past that one is dropped and counted as a
-//! failure), applied in batches of one script call each, under the same deadline.
+//! use, inside the runtime. Settlements are made without waiting: queued (at most
+//! [`QUEUED`] requests' worth; past that one is dropped and counted as a failure), they ride
+//! with the next reservation (one script call for both, [`SETTLE_THEN_RESERVE`]), or, none
+//! coming within [`LINGER`], a task of the store's applies them, in batches of one script
+//! call each, under the same deadline.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -19,102 +22,159 @@ use super::Health;
 use super::store::{Adjust, Charge, Peek, Seen, Store, StoreError, StoreFuture, Verdict, Window};
 use crate::config::ConfigError;
 
+/// The scripts' functions: Redis's clock in milliseconds; [`SETTLE`]'s rule over `count`
+/// counters from `KEYS[first + 1]`, their arguments from `ARGV[base + 1]`; and
+/// [`RESERVE`]'s, alike.
+const FUNCTIONS: &str = r"
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function settle(now, first, count, base)
+  for i = 1, count do
+    local key = KEYS[first + i]
+    local a = base + 5 * (i - 1)
+    local start = tonumber(ARGV[a + 1])
+    local w = tonumber(ARGV[a + 2])
+    local s = tonumber(redis.call('HGET', key, 's'))
+    if s ~= nil and now >= s + w then
+      s = nil
+    end
+    if s ~= nil and s == start then
+      local v = redis.call('HINCRBY', key, 'v', ARGV[a + 5])
+      if v < 0 then
+        redis.call('HSET', key, 'v', 0)
+      end
+      if ARGV[a + 3] ~= '0' then
+        local h = redis.call('HINCRBY', key, 'h', '-' .. ARGV[a + 3])
+        if h < 0 then
+          redis.call('HSET', key, 'h', 0)
+        end
+      end
+    elseif s ~= nil then
+      redis.call('HINCRBY', key, 'v', ARGV[a + 4])
+    elseif ARGV[a + 4] ~= '0' then
+      redis.call('HSET', key, 's', string.format('%d', now), 'v', ARGV[a + 4], 'h', 0)
+      redis.call('PEXPIREAT', key, string.format('%d', now + w + 1000))
+    end
+  end
+end
+
+local function reserve(now, first, count, base)
+  local starts = {}
+  local fresh = {}
+  for i = 1, count do
+    local key = KEYS[first + i]
+    local a = base + 4 * (i - 1)
+    local w = tonumber(ARGV[a + 1])
+    local limit = tonumber(ARGV[a + 2])
+    local amount = tonumber(ARGV[a + 3])
+    local got = redis.call('HMGET', key, 's', 'v', 'h')
+    local s = tonumber(got[1])
+    local used = tonumber(got[2]) or 0
+    local held = tonumber(got[3]) or 0
+    if s == nil or now >= s + w then
+      s = now
+      used = 0
+      held = 0
+      fresh[i] = true
+    end
+    if used + amount > limit then
+      local in_flight = 0
+      if used - held + amount <= limit then
+        in_flight = 1
+      end
+      return {0, i - 1, s + w - now, used, in_flight}
+    end
+    starts[i] = s
+  end
+  local out = {1, now}
+  for i = 1, count do
+    local key = KEYS[first + i]
+    local a = base + 4 * (i - 1)
+    -- Counts are written as the decimal strings they came as: a Lua number written back
+    -- would be rounded to 14 digits.
+    local s = string.format('%d', starts[i])
+    local v = tonumber(ARGV[a + 3])
+    if fresh[i] then
+      redis.call('HSET', key, 's', s, 'v', ARGV[a + 3], 'h', ARGV[a + 4])
+      redis.call('PEXPIREAT', key, string.format('%d', starts[i] + tonumber(ARGV[a + 1]) + 1000))
+    else
+      v = redis.call('HINCRBY', key, 'v', ARGV[a + 3])
+      if ARGV[a + 4] ~= '0' then
+        redis.call('HINCRBY', key, 'h', ARGV[a + 4])
+      end
+    end
+    out[2 * i + 1] = starts[i]
+    out[2 * i + 2] = v
+  end
+  return out
+end
+";
+
 /// Checks every charge against its counter's window, then charges them all; returns
 /// `{1, now, start, amount, start, amount...}` (each counter's window as the charge left
 /// it), or `{0, index, reset_ms, used, in_flight}` for the first that would pass its limit
 /// (`in_flight` 1 when the settled amount alone would have let it pass). A counter is
 /// a hash of its window's start (`s`), the amount charged in it (`v`) and the part of that
-/// held by requests in flight (`h`). The rule is [`super::store::Memory`]'s.
-const RESERVE: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local starts = {}
-local fresh = {}
-for i, key in ipairs(KEYS) do
-  local w = tonumber(ARGV[4 * i - 3])
-  local limit = tonumber(ARGV[4 * i - 2])
-  local amount = tonumber(ARGV[4 * i - 1])
-  local got = redis.call('HMGET', key, 's', 'v', 'h')
-  local s = tonumber(got[1])
-  local used = tonumber(got[2]) or 0
-  local held = tonumber(got[3]) or 0
-  if s == nil or now >= s + w then
-    s = now
-    used = 0
-    held = 0
-    fresh[i] = true
-  end
-  if used + amount > limit then
-    local in_flight = 0
-    if used - held + amount <= limit then
-      in_flight = 1
-    end
-    return {0, i - 1, s + w - now, used, in_flight}
-  end
-  starts[i] = s
-end
-local out = {1, now}
-for i, key in ipairs(KEYS) do
-  -- Counts are written as the decimal strings they came as: a Lua number written back
-  -- would be rounded to 14 digits.
-  local s = string.format('%d', starts[i])
-  local v = tonumber(ARGV[4 * i - 1])
-  if fresh[i] then
-    redis.call('HSET', key, 's', s, 'v', ARGV[4 * i - 1], 'h', ARGV[4 * i])
-    redis.call('PEXPIREAT', key, string.format('%d', starts[i] + tonumber(ARGV[4 * i - 3]) + 1000))
-  else
-    v = redis.call('HINCRBY', key, 'v', ARGV[4 * i - 1])
-    if ARGV[4 * i] ~= '0' then
-      redis.call('HINCRBY', key, 'h', ARGV[4 * i])
-    end
-  end
-  out[2 * i + 1] = starts[i]
-  out[2 * i + 2] = v
-end
-return out
-";
+/// held by requests in flight (`h`). Arguments per counter: window, limit, amount, held.
+/// The rule is [`super::store::Memory`]'s.
+const RESERVE: &str = "return reserve(now_ms(), 0, #KEYS, 0)";
 
 /// Settles each counter: in the window it was reserved in (`start`), what was held is
 /// replaced by what was used, never taking a count below 0; if that window ended since,
 /// what was used is charged to the current one, or begins one. The rule is
 /// [`super::store::Memory`]'s. Arguments per counter: start, window, held, used, and
 /// used - held (as decimal strings, so that no count is rounded).
-const SETTLE: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i, key in ipairs(KEYS) do
-  local start = tonumber(ARGV[5 * i - 4])
-  local w = tonumber(ARGV[5 * i - 3])
-  local s = tonumber(redis.call('HGET', key, 's'))
-  if s ~= nil and now >= s + w then
-    s = nil
-  end
-  if s ~= nil and s == start then
-    local v = redis.call('HINCRBY', key, 'v', ARGV[5 * i])
-    if v < 0 then
-      redis.call('HSET', key, 'v', 0)
-    end
-    if ARGV[5 * i - 2] ~= '0' then
-      local h = redis.call('HINCRBY', key, 'h', '-' .. ARGV[5 * i - 2])
-      if h < 0 then
-        redis.call('HSET', key, 'h', 0)
-      end
-    end
-  elseif s ~= nil then
-    redis.call('HINCRBY', key, 'v', ARGV[5 * i - 1])
-  elseif ARGV[5 * i - 1] ~= '0' then
-    redis.call('HSET', key, 's', string.format('%d', now), 'v', ARGV[5 * i - 1], 'h', 0)
-    redis.call('PEXPIREAT', key, string.format('%d', now + w + 1000))
-  end
-end
-return 1
-";
+const SETTLE: &str = "settle(now_ms(), 0, #KEYS, 0) return 1";
+
+/// [`SETTLE`] for the first `ARGV[1]` counters, then [`RESERVE`] for the rest, in one call:
+/// the settlements waiting when a reservation is made ride with it.
+const SETTLE_THEN_RESERVE: &str = "
+local n = tonumber(ARGV[1])
+local now = now_ms()
+settle(now, 0, n, 1)
+return reserve(now, n, #KEYS - n, 1 + 5 * n)";
+
+/// A script of [`FUNCTIONS`] and `body`.
+fn script(body: &str) -> redis::Script {
+    redis::Script::new(&format!("{FUNCTIONS}\n{body}"))
+}
 
 /// The most requests' settlements waiting for the store's task.
 const QUEUED: usize = 4096;
 
 /// The most requests' settlements applied by one script call.
 const BATCH: usize = 256;
+
+/// How long a settlement waits for a reservation to ride with before the settlements' task
+/// applies it: at saturation nearly every settlement rides, halving the calls to Redis.
+const LINGER: Duration = Duration::from_millis(5);
+
+/// Settlements made but not applied yet, each a request's, oldest first: at most
+/// [`QUEUED`].
+#[derive(Default)]
+struct Pending(Mutex<VecDeque<Vec<Adjust>>>);
+
+impl Pending {
+    /// Queues a request's settlement: false when [`QUEUED`] wait already.
+    fn push(&self, adjusts: Vec<Adjust>) -> bool {
+        let mut queue = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if queue.len() >= QUEUED {
+            return false;
+        }
+        queue.push_back(adjusts);
+        true
+    }
+
+    /// Takes the oldest [`BATCH`] requests' settlements at most.
+    fn take(&self) -> Vec<Adjust> {
+        let mut queue = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = queue.len().min(BATCH);
+        queue.drain(..n).flatten().collect()
+    }
+}
 
 /// The counts in Redis.
 pub(crate) struct Redis {
@@ -123,8 +183,11 @@ pub(crate) struct Redis {
     connection: OnceCell<ConnectionManager>,
     reserve: redis::Script,
     settle: Arc<redis::Script>,
-    /// The queue of the task that applies settlements, once started.
-    later: OnceLock<mpsc::Sender<Vec<Adjust>>>,
+    settle_then_reserve: redis::Script,
+    /// The settlements not applied yet.
+    pending: Arc<Pending>,
+    /// Wakes the task that applies the settlements no reservation carried, once started.
+    later: OnceLock<mpsc::Sender<()>>,
     health: OnceLock<Arc<Health>>,
 }
 
@@ -137,8 +200,10 @@ impl Redis {
             client,
             timeout,
             connection: OnceCell::new(),
-            reserve: redis::Script::new(RESERVE),
-            settle: Arc::new(redis::Script::new(SETTLE)),
+            reserve: script(RESERVE),
+            settle: Arc::new(script(SETTLE)),
+            settle_then_reserve: script(SETTLE_THEN_RESERVE),
+            pending: Arc::default(),
             later: OnceLock::new(),
             health: OnceLock::new(),
         })
@@ -181,14 +246,14 @@ impl Redis {
         Ok(info.lines().any(|l| l.trim() == "cluster_enabled:1"))
     }
 
-    /// The task that applies settlements queued by [`Store::settle_later`], started once,
-    /// inside the runtime.
-    fn later(&self) -> Option<&mpsc::Sender<Vec<Adjust>>> {
+    /// The task that applies the settlements queued by [`Store::settle_later`] that no
+    /// reservation carried, started once, inside the runtime; it ends with the store.
+    fn later(&self) -> Option<&mpsc::Sender<()>> {
         if let Some(sender) = self.later.get() {
             return Some(sender);
         }
         let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let (sender, receiver) = mpsc::channel(QUEUED);
+        let (sender, receiver) = mpsc::channel(1);
         if self.later.set(sender).is_ok() {
             // A connection of its own: a batch of settlements never waits behind the
             // reservations of the requests being admitted.
@@ -198,6 +263,7 @@ impl Redis {
                 timeout: self.timeout,
                 script: self.settle.clone(),
                 health: self.health.get().cloned(),
+                pending: self.pending.clone(),
             };
             runtime.spawn(worker.run(receiver));
         }
@@ -223,13 +289,8 @@ fn store_error(e: redis::RedisError) -> StoreError {
     StoreError(format!("redis: {e}"))
 }
 
-/// Runs the reservation script for `charges` on `connection`.
-async fn reserve_on(
-    script: &redis::Script,
-    connection: &mut ConnectionManager,
-    charges: &[Charge],
-) -> Result<Verdict, StoreError> {
-    let mut invocation = script.prepare_invoke();
+/// Each charge's counter and arguments (window, limit, amount, held), for [`RESERVE`].
+fn reserve_arguments(invocation: &mut redis::ScriptInvocation<'_>, charges: &[Charge]) {
     for c in charges {
         invocation
             .key(&*c.counter)
@@ -238,11 +299,29 @@ async fn reserve_on(
             .arg(c.amount)
             .arg(c.hold);
     }
-    let out: Vec<i64> = invocation
-        .invoke_async(connection)
-        .await
-        .map_err(store_error)?;
-    match out.as_slice() {
+}
+
+/// Each adjustment's counter and arguments (start, window, held, used, used - held), for
+/// [`SETTLE`].
+fn settle_arguments(invocation: &mut redis::ScriptInvocation<'_>, adjusts: &[Adjust]) {
+    for a in adjusts {
+        let delta = i128::from(a.used) - i128::from(a.held);
+        invocation
+            .key(&*a.counter)
+            .arg(a.start)
+            .arg(a.window_ms)
+            .arg(a.held)
+            .arg(a.used)
+            .arg(delta.to_string());
+    }
+}
+
+/// The verdict a reservation of `charges` answered.
+fn verdict(
+    answer: redis::RedisResult<Vec<i64>>,
+    charges: &[Charge],
+) -> Result<Verdict, StoreError> {
+    match answer.map_err(store_error)?.as_slice() {
         [1, now, windows @ ..] if windows.len() == 2 * charges.len() => Ok(Verdict::Reserved {
             now: (*now).max(0) as u64,
             windows: (windows.chunks_exact(2))
@@ -264,28 +343,45 @@ async fn reserve_on(
     }
 }
 
-/// Runs the settlement script for `adjusts` on `connection`.
+/// Runs [`RESERVE`] for `charges` on `connection`.
+async fn reserve_on(
+    script: &redis::Script,
+    connection: &mut ConnectionManager,
+    charges: &[Charge],
+) -> Result<Verdict, StoreError> {
+    let mut invocation = script.prepare_invoke();
+    reserve_arguments(&mut invocation, charges);
+    verdict(invocation.invoke_async(connection).await, charges)
+}
+
+/// Runs [`SETTLE`] for `adjusts` on `connection`.
 async fn settle_on(
     script: &redis::Script,
     connection: &mut ConnectionManager,
     adjusts: &[Adjust],
 ) -> Result<(), StoreError> {
     let mut invocation = script.prepare_invoke();
-    for a in adjusts {
-        let delta = i128::from(a.used) - i128::from(a.held);
-        invocation
-            .key(&*a.counter)
-            .arg(a.start)
-            .arg(a.window_ms)
-            .arg(a.held)
-            .arg(a.used)
-            .arg(delta.to_string());
-    }
+    settle_arguments(&mut invocation, adjusts);
     invocation
         .invoke_async::<i64>(connection)
         .await
         .map(drop)
         .map_err(store_error)
+}
+
+/// Runs [`SETTLE_THEN_RESERVE`] on `connection`: `adjusts` applied, then `charges` checked
+/// and charged.
+async fn settle_then_reserve_on(
+    script: &redis::Script,
+    connection: &mut ConnectionManager,
+    adjusts: &[Adjust],
+    charges: &[Charge],
+) -> Result<Verdict, StoreError> {
+    let mut invocation = script.prepare_invoke();
+    invocation.arg(adjusts.len());
+    settle_arguments(&mut invocation, adjusts);
+    reserve_arguments(&mut invocation, charges);
+    verdict(invocation.invoke_async(connection).await, charges)
 }
 
 impl Store for Redis {
@@ -294,7 +390,17 @@ impl Store for Redis {
             // The settlements' task runs before the first reservation is made.
             self.later();
             let mut connection = self.connection().await?;
-            reserve_on(&self.reserve, &mut connection, charges).await
+            let carried = self.pending.take();
+            if carried.is_empty() {
+                return reserve_on(&self.reserve, &mut connection, charges).await;
+            }
+            let script = &self.settle_then_reserve;
+            let verdict = settle_then_reserve_on(script, &mut connection, &carried, charges).await;
+            if let (Err(e), Some(health)) = (&verdict, self.health.get()) {
+                // The settlements it carried are lost with it, as a failed batch's.
+                health.failed("settle", e);
+            }
+            verdict
         })
     }
 
@@ -328,9 +434,10 @@ impl Store for Redis {
             tracing::warn!("a settlement of the limits' counts was made outside the runtime: lost");
             return;
         };
-        if later.try_send(adjusts).is_err()
-            && let Some(health) = self.health.get()
-        {
+        if self.pending.push(adjusts) {
+            // Full: the task is woken already.
+            let _ = later.try_send(());
+        } else if let Some(health) = self.health.get() {
             health.failed(
                 "settle",
                 &StoreError(format!(
@@ -354,31 +461,39 @@ for i, key in ipairs(KEYS) do
 end
 return out";
 
-/// The task that applies queued settlements, a batch per script call.
+/// The task that applies the settlements no reservation carried, a batch per script call.
 struct Settler {
     client: redis::Client,
     connection: Option<ConnectionManager>,
     timeout: Duration,
     script: Arc<redis::Script>,
     health: Option<Arc<Health>>,
+    pending: Arc<Pending>,
 }
 
 impl Settler {
-    async fn run(mut self, mut receiver: mpsc::Receiver<Vec<Adjust>>) {
-        let mut batch: Vec<Vec<Adjust>> = Vec::with_capacity(BATCH);
-        while receiver.recv_many(&mut batch, BATCH).await > 0 {
-            let adjusts: Vec<Adjust> = batch.drain(..).flatten().collect();
-            let applied = tokio::time::timeout(self.timeout, self.apply(&adjusts)).await;
-            let applied = applied.unwrap_or_else(|_| {
-                Err(StoreError(format!(
-                    "no answer within state_timeout_ms ({} ms)",
-                    self.timeout.as_millis()
-                )))
-            });
-            match (&self.health, applied) {
-                (Some(health), Ok(())) => health.answered(),
-                (Some(health), Err(e)) => health.failed("settle", &e),
-                (None, _) => {}
+    /// Woken by each settlement queued, it waits [`LINGER`] for a reservation to carry the
+    /// settlements, then applies what is left; it ends once its store is dropped.
+    async fn run(mut self, mut woken: mpsc::Receiver<()>) {
+        while woken.recv().await.is_some() {
+            tokio::time::sleep(LINGER).await;
+            loop {
+                let adjusts = self.pending.take();
+                if adjusts.is_empty() {
+                    break;
+                }
+                let applied = tokio::time::timeout(self.timeout, self.apply(&adjusts)).await;
+                let applied = applied.unwrap_or_else(|_| {
+                    Err(StoreError(format!(
+                        "no answer within state_timeout_ms ({} ms)",
+                        self.timeout.as_millis()
+                    )))
+                });
+                match (&self.health, applied) {
+                    (Some(health), Ok(())) => health.answered(),
+                    (Some(health), Err(e)) => health.failed("settle", &e),
+                    (None, _) => {}
+                }
             }
         }
     }
@@ -486,8 +601,10 @@ mod tests {
     }
 
     /// One rule, two stores: 10,000 random reservations and settlements (several counters,
-    /// limits of a few units, settlements that use less or more than they held, and every
-    /// 40 operations a window replaced and the open reservations settled late into the next) given to the in-process store and to a real `redis-server`, at the same
+    /// limits of a few units, settlements that use less or more than they held, half of them
+    /// carried by the next reservation's call, and every 40 operations a window replaced and
+    /// the open reservations settled late into the next) given to the in-process store and
+    /// to a real `redis-server`, at the same
     /// moments of Redis's clock: every verdict the same (reserved or refused, which limit,
     /// whether requests in flight held it), and every counter the same after.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -508,7 +625,8 @@ mod tests {
                 Err(e) => panic!("redis-server did not answer: {e}"),
             }
         };
-        let (reserve, settle) = (redis::Script::new(RESERVE), redis::Script::new(SETTLE));
+        let (reserve, settle) = (script(RESERVE), script(SETTLE));
+        let settle_then_reserve = script(SETTLE_THEN_RESERVE);
         // The scripts read Redis's clock, the in-process store is given Redis's `TIME` read
         // after each call: the windows are an hour long, so that no window ends between the
         // two, and a window is replaced by hand (its counters deleted in both) to settle
@@ -526,6 +644,9 @@ mod tests {
         // Reservations not yet settled: each counter's number, its window's start in Redis
         // and in the process (each store stamps its own clock), and what it holds.
         let mut open: Vec<Vec<(usize, u64, u64, u64)>> = Vec::new();
+        // Settlements left for the next reservation to carry, as Redis and the process
+        // stamp them.
+        let mut carried: Vec<(Adjust, Adjust)> = Vec::new();
         let window = 3_600_000;
         let (mut reserved, mut refused, mut in_flight) = (0, 0, 0);
         for op in 0..10_000 {
@@ -548,10 +669,19 @@ mod tests {
                         }
                     })
                     .collect();
-                let by_redis = reserve_on(&reserve, &mut connection, &charges)
-                    .await
-                    .unwrap();
+                // The settlements waiting ride with it, settled first.
+                let by_redis = match carried.is_empty() {
+                    true => reserve_on(&reserve, &mut connection, &charges).await,
+                    false => {
+                        let adjusts: Vec<Adjust> = carried.iter().map(|c| c.0.clone()).collect();
+                        let script = &settle_then_reserve;
+                        settle_then_reserve_on(script, &mut connection, &adjusts, &charges).await
+                    }
+                };
+                let by_redis = by_redis.unwrap();
                 let now = redis_now(&mut connection).await;
+                let carried_in_memory: Vec<Adjust> = carried.drain(..).map(|c| c.1).collect();
+                memory.apply_at(&carried_in_memory, 0);
                 let by_memory = memory.reserve_at(&charges, now);
                 match (&by_memory, &by_redis) {
                     (
@@ -604,10 +734,24 @@ mod tests {
                         .collect()
                 };
                 let used: Vec<u64> = held.iter().map(|h| next(h.3 + 2)).collect();
-                settle_on(&settle, &mut connection, &adjusts(true, &used))
+                if next(2) == 0 {
+                    // Left for the next reservation to carry.
+                    carried.extend(adjusts(true, &used).into_iter().zip(adjusts(false, &used)));
+                } else {
+                    settle_on(&settle, &mut connection, &adjusts(true, &used))
+                        .await
+                        .unwrap();
+                    memory.apply_at(&adjusts(false, &used), 0);
+                }
+            }
+            if op % 40 == 39 || op == 9_999 {
+                // What no reservation carried is applied on its own (as the store's task
+                // does).
+                let (in_redis, in_memory): (Vec<Adjust>, Vec<Adjust>) = carried.drain(..).unzip();
+                settle_on(&settle, &mut connection, &in_redis)
                     .await
                     .unwrap();
-                memory.apply_at(&adjusts(false, &used), 0);
+                memory.apply_at(&in_memory, 0);
             }
             if op % 40 == 39 {
                 // A window replaced: the counters begin again in both, and every open
