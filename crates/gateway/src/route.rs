@@ -68,7 +68,7 @@ pub(crate) async fn answer<A: ClientApi>(
         kept: None,
         rate: Vec::new(),
     };
-    let client_of = (client, request_id.as_str());
+    let client_of = (client, &*request_id);
     let planned = prepare::<A>(&gw, head, body, &caller, client_of, &mut learned).await;
     let Learned { asked, kept, rate } = learned;
     if let Some(asked) = asked {
@@ -131,7 +131,7 @@ struct Planned<R> {
 }
 
 /// Prepares a request up to its samples, in steps: [`read`](layers::read_body) its body,
-/// [`parse`] it, find its [`model`] and check its key [`allows`](keys::Caller::allows) it,
+/// [`parse`] it, find its model (or [`not_found`]) and check its key [`allows`](keys::Caller::allows) it,
 /// [`plan`] its run, [`reserve`] what it may take. Each step returns what it learned, and
 /// so does this function (in `learned`, on a refusal too); the request's record is told
 /// by the handler.
@@ -161,14 +161,15 @@ async fn prepare<A: ClientApi>(
         }
     };
     learned.kept = A::kept_for_errors(&parsed.reply, parsed.req.stream);
+    let model = gw.inner.models.get(&parsed.req.model).cloned();
     learned.asked = Some(Asked {
         model: parsed.req.model.clone(),
-        configured: configured(&parsed.req.model),
+        configured: model.is_some(),
         stream: parsed.req.stream,
     });
     // Parsed: the memory mark checked again before the request goes on.
     layers::parsed(&gw.inner.admission, len)?;
-    let model = self::model(gw, &parsed.req.model)?;
+    let model = model.ok_or_else(|| not_found(&parsed.req.model))?;
     caller.allows(&parsed.req.model)?;
     let mut plan = plan(gw, parsed, model, client)?;
     // Before any upstream is asked: what the request may take, reserved of its limits.
@@ -264,16 +265,14 @@ async fn run<A: ClientApi>(
     (finish, Ok(ready))
 }
 
-/// The configured model `name`, or the 404 that says there is none.
-fn model(gw: &Gateway, name: &str) -> Result<Arc<open::ModelRoutes>, ApiError> {
-    gw.inner.models.get(name).cloned().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("the model {name:?} does not exist here (GET /v1/models lists them)"),
-        )
-        .code("model_not_found")
-    })
+/// The 404 that says there is no configured model `name`.
+fn not_found(name: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        format!("the model {name:?} does not exist here (GET /v1/models lists them)"),
+    )
+    .code("model_not_found")
 }
 
 /// Parses a body of the client's API into the request to run. Parsing a body of up to

@@ -29,8 +29,8 @@ pub(crate) struct Asked {
 
 /// A request's labels, in its metrics, its log line, its span and its row.
 pub(crate) struct Labels {
-    /// The request's id (`x-request-id`).
-    pub(crate) request_id: String,
+    /// The request's id (`x-request-id`), shared by what names it.
+    pub(crate) request_id: Arc<str>,
     pub(crate) api: &'static str,
     pub(crate) key: Option<Arc<str>>,
     /// The model asked for, configured or not, once read: the span's.
@@ -45,10 +45,11 @@ impl Labels {
     /// The labels of a request arriving with `headers`, as `arrival` says.
     pub(super) fn arriving(headers: &HeaderMap, arrival: &Arrival) -> Labels {
         Labels {
-            request_id: (headers.get("x-request-id"))
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-                .unwrap_or_default(),
+            request_id: Arc::from(
+                (headers.get("x-request-id"))
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default(),
+            ),
             api: arrival.api,
             key: arrival.key.clone(),
             asked: None,

@@ -27,7 +27,7 @@ impl Sinks {
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_millis() as i64);
         let mut r =
-            choicewise_records::RequestRecord::new(arrived_ms, &labels.request_id, &labels.model);
+            choicewise_records::RequestRecord::new(arrived_ms, &*labels.request_id, &labels.model);
         r.key = labels.key().to_string();
         r.api = labels.api.to_string();
         r.stream = labels.stream;
