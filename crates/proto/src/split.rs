@@ -213,23 +213,14 @@ impl Splitter {
         // The framer borrows itself while it calls back; the rest of the splitter is free.
         let mut framer = std::mem::take(&mut self.framer);
         let fed = framer.feed(bytes, |event| {
-            match self.event(
+            let read = self.event(
                 event.event,
                 event.data,
                 event.line,
                 event.offset,
                 event.data_lines,
-            ) {
-                Ok(Flow::Continue) => ControlFlow::Continue(()),
-                Ok(Flow::Done) => {
-                    stop = Some(Ok(()));
-                    ControlFlow::Break(())
-                }
-                Err(e) => {
-                    stop = Some(Err(e));
-                    ControlFlow::Break(())
-                }
-            }
+            );
+            go_on(read, &mut stop)
         });
         self.framer = framer;
         self.offset += bytes.len() as u64;
@@ -726,6 +717,22 @@ fn is_usage(v: &Value) -> bool {
 enum Flow {
     Continue,
     Done,
+}
+
+/// Whether a framer goes on after an event the stream `read` so; when it stops, why is kept
+/// in `stop` (the stream's end, or its error). The SSE and the event-stream framing alike.
+fn go_on(read: Result<Flow, Error>, stop: &mut Option<Result<(), Error>>) -> ControlFlow<()> {
+    match read {
+        Ok(Flow::Continue) => ControlFlow::Continue(()),
+        Ok(Flow::Done) => {
+            *stop = Some(Ok(()));
+            ControlFlow::Break(())
+        }
+        Err(e) => {
+            *stop = Some(Err(e));
+            ControlFlow::Break(())
+        }
+    }
 }
 
 /// A JSON error at the line of the event it is on: serde_json counts lines within the data

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use choicewise_sse::DataLines;
 
-use super::{Flow, Splitter, Step};
+use super::{Splitter, Step};
 use crate::dialect::Dialect;
 use crate::error::{Error, ErrorDetail, UpstreamError};
 
@@ -181,17 +181,7 @@ impl Splitter {
                 }
                 Frame::Error(e) => Err(e),
             };
-            match read {
-                Ok(Flow::Continue) => ControlFlow::Continue(()),
-                Ok(Flow::Done) => {
-                    stop = Some(Ok(()));
-                    ControlFlow::Break(())
-                }
-                Err(e) => {
-                    stop = Some(Err(e));
-                    ControlFlow::Break(())
-                }
-            }
+            super::go_on(read, &mut stop)
         });
         self.event_stream = Some(stream);
         self.offset += bytes.len() as u64;
