@@ -378,7 +378,7 @@ fn tool_result_content(content: &Value, at: &str, anthropic: bool) -> Result<Val
             Some("image_url") => any_image = true,
             Some(other) => {
                 return Err(format!(
-                    "{at}.content[{k}]: a tool result's {} part cannot be sent to the {} API                      (text and images can)",
+                    "{at}.content[{k}]: a tool result's {} part cannot be sent to the {} API (text and images can)",
                     json!(other),
                     if anthropic { "anthropic" } else { "responses" }
                 ));
@@ -752,6 +752,33 @@ mod tests {
             .unwrap_err();
         assert_eq!(unknown.param(), Some("reasoning_effort"));
         assert!(unknown.message().contains("\"extreme\""), "{unknown}");
+    }
+
+    /// A tool result's part that is neither text nor an image is refused in one sentence,
+    /// the same from the tree (a request) and from the text (its messages alone), for each
+    /// API that has tool results of its own.
+    #[test]
+    fn a_tool_results_unknown_part_is_refused_alike_from_the_tree_and_the_text() {
+        let messages = json!([
+            {"role": "user", "content": "hear this"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+             "function": {"name": "listen", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1",
+             "content": [{"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}]}
+        ]);
+        for api in [Dialect::Anthropic, Dialect::Responses] {
+            let want = format!(
+                "messages[2].content[0]: a tool result's \"input_audio\" part cannot be sent to \
+                 the {api} API (text and images can)"
+            );
+            let body = json!({"messages": messages});
+            let tree = api.request_from_chat(&body).unwrap_err();
+            assert_eq!(tree.message(), want, "{api}");
+            let text = api
+                .messages_from_chat_json(messages.to_string().as_bytes())
+                .unwrap_err();
+            assert_eq!(text.to_string(), want, "{api}");
+        }
     }
 
     #[test]
