@@ -7,11 +7,11 @@ use super::{DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect, RequestError, messages, tools
 /// The Anthropic-only part of [`Dialect::request_from_chat`]: the fields `out` already
 /// holds are the ones passed through.
 pub(crate) fn request(
+    api: Dialect,
     body: &Map<String, Value>,
     out: &mut Map<String, Value>,
     (messages, max_tokens, effort): (&[Value], Option<Value>, Option<&str>),
 ) -> Result<(), RequestError> {
-    let api = Dialect::Anthropic;
     let read = |each: &mut dyn FnMut(usize, Value) -> Result<(), String>| {
         (messages.iter().enumerate()).try_for_each(|(i, m)| each(i, m.clone()))
     };
@@ -20,7 +20,7 @@ pub(crate) fn request(
         messages::translate(api, read, &mut turns).map_err(|e| RequestError::at("messages", e))?;
     out.insert("messages".into(), Value::Array(turns));
     if let Some(list) = body.get("tools").filter(|t| !t.is_null()) {
-        let tools = tools::tools(list, true).map_err(|e| RequestError::at("tools", e))?;
+        let tools = tools::tools(list, api).map_err(|e| RequestError::at("tools", e))?;
         out.insert("tools".into(), tools);
     }
     let choice =

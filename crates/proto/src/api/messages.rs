@@ -195,7 +195,7 @@ pub(super) fn translate(
     out: &mut impl Sink,
 ) -> Result<Option<Value>, String> {
     let mut system = None;
-    let mut turns = tools::AnthropicMessages::default();
+    let mut turns = tools::AnthropicMessages::new(api);
     let mut custom_calls = std::collections::HashSet::new();
     // A message's errors name it by its index in the client's list (the system message
     // taken out still counts).
@@ -204,9 +204,9 @@ pub(super) fn translate(
             system = Some(content.clone());
             return Ok(());
         }
-        match api {
-            Dialect::Anthropic => turns.message(i, m, out),
-            _ => tools::responses_items(i, m, out, &mut custom_calls),
+        match api.takes_anthropic_shape() {
+            true => turns.message(i, m, out),
+            false => tools::responses_items(i, m, out, &mut custom_calls),
         }
     })?;
     Ok(system)
@@ -224,7 +224,7 @@ fn translate_text(
     out: &mut ListText<'_>,
 ) -> Result<Option<Value>, String> {
     let mut system = None;
-    let mut turns = tools::AnthropicMessages::default();
+    let mut turns = tools::AnthropicMessages::new(api);
     let mut custom_calls = std::collections::HashSet::new();
     let read = choicewise_partial_json::for_each_raw_entry(text, |i, raw| {
         let not_json = |e: serde_json::Error| format!("\"messages\" could not be read: {e}");
@@ -239,9 +239,9 @@ fn translate_text(
             system = Some(content.clone());
             return Ok(());
         }
-        match api {
-            Dialect::Anthropic => turns.message(i, m, out),
-            _ => tools::responses_items(i, m, out, &mut custom_calls),
+        match api.takes_anthropic_shape() {
+            true => turns.message(i, m, out),
+            false => tools::responses_items(i, m, out, &mut custom_calls),
         }
     });
     match read {
@@ -296,7 +296,7 @@ fn large(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let anthropic = api == Dialect::Anthropic;
+    let anthropic = api.takes_anthropic_shape();
     // A list of one call or more (anything else, as the tree reads it, is none).
     let calls = calls.filter(|c| {
         let t = c.get();
@@ -401,9 +401,8 @@ fn large(
                     Some("text" | "image_url") => {}
                     Some(other) => {
                         return Err(format!(
-                            "{at}.content[{k}]: a tool result's {} part cannot be sent to the {} API (text and images can)",
+                            "{at}.content[{k}]: a tool result's {} part cannot be sent to the {api} API (text and images can)",
                             json!(other),
-                            if anthropic { "anthropic" } else { "responses" }
                         ));
                     }
                     None => return Err(format!("{at}.content[{k}]: a part without its type")),
@@ -627,7 +626,7 @@ fn assistant_calls(
     use choicewise_partial_json::{for_each_raw_entry, for_each_raw_field};
     let not_json = |e: serde_json::Error| format!("\"messages\" could not be read: {e}");
     let text = joined_text(content)?;
-    let anthropic = api == Dialect::Anthropic;
+    let anthropic = api.takes_anthropic_shape();
     if anthropic {
         // The turn written straight into the list as its calls are read.
         out.next();

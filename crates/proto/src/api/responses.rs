@@ -20,7 +20,8 @@ pub(crate) fn request(
         messages::translate(api, read, &mut input).map_err(|e| RequestError::at("messages", e))?;
     out.insert("input".into(), Value::Array(input));
     if let Some(list) = body.get("tools").filter(|t| !t.is_null()) {
-        let tools = tools::tools(list, false).map_err(|e| RequestError::at("tools", e))?;
+        let tools =
+            tools::tools(list, Dialect::Responses).map_err(|e| RequestError::at("tools", e))?;
         out.insert("tools".into(), tools);
     }
     if let Some(choice) = body.get("tool_choice").filter(|c| !c.is_null()) {

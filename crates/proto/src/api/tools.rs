@@ -7,10 +7,13 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
+use crate::Dialect;
+
 /// Chat's `tools` (`{"type": "function", "function": {name, description, parameters}}`) in
 /// Anthropic's shape (`{name, description, input_schema}`) or Responses' (`{"type":
 /// "function", name, description, parameters}`).
-pub(super) fn tools(tools: &Value, anthropic: bool) -> Result<Value, String> {
+pub(super) fn tools(tools: &Value, api: Dialect) -> Result<Value, String> {
+    let anthropic = api.takes_anthropic_shape();
     let Some(list) = tools.as_array() else {
         return Err("\"tools\" must be a list".into());
     };
@@ -22,8 +25,7 @@ pub(super) fn tools(tools: &Value, anthropic: bool) -> Result<Value, String> {
         }
         if tool["type"] != "function" {
             return Err(format!(
-                "tools[{i}]: only function tools can be sent to the {} API",
-                if anthropic { "anthropic" } else { "responses" }
+                "tools[{i}]: only function tools can be sent to the {api} API"
             ));
         }
         let f = &tool["function"];
@@ -119,9 +121,9 @@ fn custom_tool(i: usize, tool: &Value, anthropic: bool) -> Result<Value, String>
 /// list never exists as a parsed tree. The same tools, keys in the same order (what the
 /// upstream APIs' writers write with [`write_tools_text`]; the tests read it whole).
 #[cfg(test)]
-pub(crate) fn tools_text(tools: &[u8], anthropic: bool) -> Result<Vec<u8>, String> {
+pub(crate) fn tools_text(tools: &[u8], api: Dialect) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(tools.len());
-    write_tools_text(tools, anthropic, &mut out)?;
+    write_tools_text(tools, api, &mut out)?;
     Ok(out)
 }
 
@@ -129,9 +131,10 @@ pub(crate) fn tools_text(tools: &[u8], anthropic: bool) -> Result<Vec<u8>, Strin
 /// client's text); on an error, `out` holds part of the list.
 pub(crate) fn write_tools_text(
     tools: &[u8],
-    anthropic: bool,
+    api: Dialect,
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
+    let anthropic = api.takes_anthropic_shape();
     use std::borrow::Cow;
     use std::collections::BTreeMap;
     type Fields<'a> = BTreeMap<String, &'a RawValue>;
@@ -168,8 +171,7 @@ pub(crate) fn write_tools_text(
         }
         if small(&tool, "type") != "function" {
             return Err(format!(
-                "tools[{i}]: only function tools can be sent to the {} API",
-                if anthropic { "anthropic" } else { "responses" }
+                "tools[{i}]: only function tools can be sent to the {api} API"
             ));
         }
         let f = object(tool.get("function"));
@@ -367,7 +369,7 @@ fn text_of(content: &Value) -> String {
 /// shape (Anthropic's `tool_result` text and image blocks, or Responses'
 /// `function_call_output` `input_text` and `input_image` parts), never an image dropped. A
 /// part neither text nor image is refused, naming where.
-fn tool_result_content(content: &Value, at: &str, anthropic: bool) -> Result<Value, String> {
+fn tool_result_content(content: &Value, at: &str, api: Dialect) -> Result<Value, String> {
     let Value::Array(parts) = content else {
         return Ok(Value::String(text_of(content)));
     };
@@ -378,9 +380,8 @@ fn tool_result_content(content: &Value, at: &str, anthropic: bool) -> Result<Val
             Some("image_url") => any_image = true,
             Some(other) => {
                 return Err(format!(
-                    "{at}.content[{k}]: a tool result's {} part cannot be sent to the {} API (text and images can)",
+                    "{at}.content[{k}]: a tool result's {} part cannot be sent to the {api} API (text and images can)",
                     json!(other),
-                    if anthropic { "anthropic" } else { "responses" }
                 ));
             }
             None => return Err(format!("{at}.content[{k}]: a part without its type")),
@@ -389,7 +390,7 @@ fn tool_result_content(content: &Value, at: &str, anthropic: bool) -> Result<Val
     if !any_image {
         return Ok(Value::String(text_of(content)));
     }
-    match anthropic {
+    match api.takes_anthropic_shape() {
         true => anthropic_content(content, at),
         false => responses_content(content, at),
     }
@@ -470,13 +471,23 @@ impl Sink for Vec<Value> {
 /// messages become `tool_result` blocks of one user turn (consecutive ones together, and
 /// joining a user turn made of tool results only), images become image blocks. A later
 /// system or developer message stays a `system` turn at its place.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct AnthropicMessages {
+    /// The API its messages go to (its errors name it).
+    api: Dialect,
     /// The last turn written is a user turn of `tool_result` blocks only: a tool result joins it.
     results_open: bool,
 }
 
 impl AnthropicMessages {
+    /// The translation of a list of messages for `api`, which takes Anthropic's shape.
+    pub(super) fn new(api: Dialect) -> AnthropicMessages {
+        AnthropicMessages {
+            api,
+            results_open: false,
+        }
+    }
+
     /// A message was written without [`message`](Self::message) (a large one's user or
     /// system turn, `super::messages::large`): it is no turn of tool results.
     pub(super) fn wrote_turn(&mut self) {
@@ -497,7 +508,7 @@ impl AnthropicMessages {
                 let block = json!({
                     "type": "tool_result",
                     "tool_use_id": m["tool_call_id"].as_str().unwrap_or_default(),
-                    "content": tool_result_content(&m["content"], &at, true)?,
+                    "content": tool_result_content(&m["content"], &at, self.api)?,
                 });
                 match self.results_open {
                     true => out.join(block),
@@ -573,7 +584,7 @@ impl AnthropicMessages {
 /// [`AnthropicMessages`] of a whole list, for the tests.
 #[cfg(test)]
 fn anthropic_messages(messages: Vec<Value>) -> Result<Vec<Value>, String> {
-    let (mut out, mut turns) = (Vec::new(), AnthropicMessages::default());
+    let (mut out, mut turns) = (Vec::new(), AnthropicMessages::new(Dialect::Anthropic));
     for (i, m) in messages.into_iter().enumerate() {
         turns.message(i, m, &mut out)?;
     }
@@ -629,7 +640,7 @@ pub(super) fn responses_items(
             out.item(json!({
                 "type": kind,
                 "call_id": call_id,
-                "output": tool_result_content(&m["content"], &at, false)?,
+                "output": tool_result_content(&m["content"], &at, Dialect::Responses)?,
             }))
         }
         Some("assistant") => {
@@ -886,16 +897,16 @@ mod tests {
         }
         let r = Dialect::Responses.request_from_chat(&openai).unwrap();
         assert_eq!(r["prompt_cache_key"], "k");
-        assert!(tools(&json!([{"type": "web_search"}]), true).is_err());
+        assert!(tools(&json!([{"type": "web_search"}]), Dialect::Anthropic).is_err());
         // A custom tool: Responses' own; Anthropic's tool of one string, `input`.
         let custom = json!([{"type": "custom", "custom": {"name": "apply_patch",
             "format": {"type": "grammar", "grammar": {"definition": "start: /.+/", "syntax": "regex"}}}}]);
         assert_eq!(
-            tools(&custom, false).unwrap()[0],
+            tools(&custom, Dialect::Responses).unwrap()[0],
             json!({"type": "custom", "name": "apply_patch",
                 "format": {"type": "grammar", "definition": "start: /.+/", "syntax": "regex"}})
         );
-        let a = &tools(&custom, true).unwrap()[0];
+        let a = &tools(&custom, Dialect::Anthropic).unwrap()[0];
         assert_eq!(a["input_schema"]["required"], json!(["input"]));
         assert_eq!(
             a["description"],
@@ -919,11 +930,11 @@ mod tests {
             {"type": "custom", "custom": {"name": "apply_patch", "description": "Edit.",
                 "format": {"type": "grammar", "grammar": {"definition": "start: /.+/", "syntax": "lark"}}}},
             {"type": "custom", "custom": {"name": "free", "format": {"type": "text"}}}]);
-        for anthropic in [true, false] {
-            let text = tools_text(list.to_string().as_bytes(), anthropic).unwrap();
+        for api in [Dialect::Anthropic, Dialect::Responses] {
+            let text = tools_text(list.to_string().as_bytes(), api).unwrap();
             assert_eq!(
                 String::from_utf8(text).unwrap(),
-                tools(&list, anthropic).unwrap().to_string()
+                tools(&list, api).unwrap().to_string()
             );
             for bad in [
                 json!([{"type": "custom", "custom": {}}]),
@@ -934,8 +945,8 @@ mod tests {
                 json!([3]),
             ] {
                 assert_eq!(
-                    tools_text(bad.to_string().as_bytes(), anthropic).unwrap_err(),
-                    tools(&bad, anthropic).unwrap_err(),
+                    tools_text(bad.to_string().as_bytes(), api).unwrap_err(),
+                    tools(&bad, api).unwrap_err(),
                     "{bad}"
                 );
             }

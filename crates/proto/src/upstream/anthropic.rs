@@ -51,17 +51,7 @@ impl UpstreamApi for Anthropic {
     /// `safety_identifier`, `service_tier`), which it refuses as unknown, are left out, and
     /// `parallel_tool_calls` goes in its `tool_choice`.
     fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, RequestError> {
-        let left_out = [
-            "parallel_tool_calls",
-            "prompt_cache_key",
-            "user",
-            "safety_identifier",
-            "service_tier",
-        ];
-        let (mut out, asked) =
-            api::one_choice_request(Dialect::Anthropic, body, &["seed"], &left_out)?;
-        api::anthropic::request(body, &mut out, asked)?;
-        Ok(Value::Object(out))
+        request_as(Dialect::Anthropic, body).map(Value::Object)
     }
 
     fn write_messages_from_chat_json(
@@ -77,7 +67,8 @@ impl UpstreamApi for Anthropic {
         text: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), RequestError> {
-        tools::write_tools_text(text, true, out).map_err(|e| RequestError::at("tools", e))
+        tools::write_tools_text(text, Dialect::Anthropic, out)
+            .map_err(|e| RequestError::at("tools", e))
     }
 
     fn recognises(&self, kind: &str) -> bool {
@@ -120,4 +111,24 @@ impl UpstreamApi for Anthropic {
     fn provider_name(&self) -> &'static str {
         "anthropic"
     }
+}
+
+/// Anthropic's translation of a Chat Completions request, for `api` (Anthropic, or an API
+/// reshaped from it: its errors name `api`): it has no `seed`; OpenAI's own fields
+/// (`prompt_cache_key`, `user`, `safety_identifier`, `service_tier`), which Anthropic refuses
+/// as unknown, are left out, and `parallel_tool_calls` goes in its `tool_choice`.
+pub(super) fn request_as(
+    api: Dialect,
+    body: &Map<String, Value>,
+) -> Result<Map<String, Value>, RequestError> {
+    let left_out = [
+        "parallel_tool_calls",
+        "prompt_cache_key",
+        "user",
+        "safety_identifier",
+        "service_tier",
+    ];
+    let (mut out, asked) = api::one_choice_request(api, body, &["seed"], &left_out)?;
+    api::anthropic::request(api, body, &mut out, asked)?;
+    Ok(out)
 }

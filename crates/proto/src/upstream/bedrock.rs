@@ -75,10 +75,7 @@ impl UpstreamApi for Bedrock {
         let stated = ["max_tokens", "max_completion_tokens"]
             .iter()
             .any(|k| body.get(*k).is_some_and(|v| !v.is_null()));
-        let anthropic = (Dialect::Anthropic.api().request_from_chat(body)).map_err(renamed)?;
-        let Value::Object(anthropic) = anthropic else {
-            return Err(RequestError::new("the translated request is not an object"));
-        };
+        let anthropic = super::anthropic::request_as(Dialect::Bedrock, body)?;
         converse(anthropic, stated).map(Value::Object)
     }
 
@@ -88,15 +85,8 @@ impl UpstreamApi for Bedrock {
         out: &mut Vec<u8>,
     ) -> Result<Option<Vec<u8>>, MessagesError> {
         let mut anthropic = Vec::with_capacity(messages.len());
-        let system = Dialect::Anthropic
-            .api()
-            .write_messages_from_chat_json(messages, &mut anthropic)
-            .map_err(|e| {
-                MessagesError::Invalid(
-                    e.to_string()
-                        .replace("the anthropic API", "the bedrock API"),
-                )
-            })?;
+        let system =
+            crate::api::messages::write_messages(Dialect::Bedrock, messages, &mut anthropic)?;
         let turns: Vec<Value> = serde_json::from_slice(&anthropic)
             .map_err(|e| MessagesError::Invalid(e.to_string()))?;
         let turns = (turns.into_iter().enumerate())
@@ -119,10 +109,8 @@ impl UpstreamApi for Bedrock {
         out: &mut Vec<u8>,
     ) -> Result<(), RequestError> {
         let mut anthropic = Vec::with_capacity(tools.len());
-        (Dialect::Anthropic.api())
-            .write_tools_from_chat_json(tools, &mut anthropic)
-            .map_err(renamed)?;
         let at = |e: String| RequestError::at("tools", e);
+        crate::api::tools::write_tools_text(tools, Dialect::Bedrock, &mut anthropic).map_err(at)?;
         let tools: Value = serde_json::from_slice(&anthropic).map_err(|e| at(e.to_string()))?;
         let specs = tool_specs(tools).map_err(at)?;
         serde_json::to_writer(out, &specs).map_err(|e| at(e.to_string()))
@@ -180,15 +168,6 @@ impl UpstreamApi for Bedrock {
 
     fn regional_base_url(&self, region: &str) -> Option<String> {
         Some(format!("https://bedrock-runtime.{region}.amazonaws.com"))
-    }
-}
-
-/// An error of Anthropic's translation, in this API's name.
-fn renamed(e: RequestError) -> RequestError {
-    let message = e.message().replace("the anthropic API", "the bedrock API");
-    match e.param() {
-        Some(param) => RequestError::at(param, message),
-        None => RequestError::new(message),
     }
 }
 
@@ -464,6 +443,28 @@ mod tests {
                 .starts_with("frequency_penalty: the bedrock API"),
             "{e}"
         );
+        // Anthropic's translation, which Converse is reshaped from, names this API too.
+        let e = request(json!({"messages": [], "tools": [{"type": "web_search"}]})).unwrap_err();
+        assert_eq!(e.param(), Some("tools"));
+        assert_eq!(
+            e.message(),
+            "tools[0]: only function tools can be sent to the bedrock API"
+        );
+        let broken_result = json!([
+            {"role": "user", "content": "hear this"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+             "function": {"name": "listen", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1",
+             "content": [{"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}]}
+        ]);
+        let want = "messages[2].content[0]: a tool result's \"input_audio\" part cannot be sent to \
+                    the bedrock API (text and images can)";
+        let e = request(json!({"messages": broken_result})).unwrap_err();
+        assert_eq!(e.message(), want);
+        let e = Dialect::Bedrock
+            .messages_from_chat_json(broken_result.to_string().as_bytes())
+            .unwrap_err();
+        assert_eq!(e.to_string(), want);
         let thinking = request(json!({"messages": [], "reasoning_effort": "low"})).unwrap();
         assert_eq!(
             thinking["additionalModelRequestFields"]["thinking"]["budget_tokens"],

@@ -9,6 +9,13 @@ use serde_json::Value;
 use crate::api::{Dialect, MessagesError, MessagesText, RequestError};
 
 impl Dialect {
+    /// Whether its requests take Anthropic's messages and tools (Anthropic's own, and
+    /// Bedrock's Converse, reshaped from them): the translations' shape, their errors
+    /// naming this API.
+    pub(crate) fn takes_anthropic_shape(self) -> bool {
+        matches!(self, Dialect::Anthropic | Dialect::Bedrock)
+    }
+
     /// Its name: `chat`, `responses`, `anthropic`, `gemini` (configuration, flags, labels).
     ///
     /// ```

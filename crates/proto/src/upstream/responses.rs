@@ -68,7 +68,8 @@ impl UpstreamApi for Responses {
         text: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), RequestError> {
-        tools::write_tools_text(text, false, out).map_err(|e| RequestError::at("tools", e))
+        tools::write_tools_text(text, Dialect::Responses, out)
+            .map_err(|e| RequestError::at("tools", e))
     }
 
     fn recognises(&self, kind: &str) -> bool {
