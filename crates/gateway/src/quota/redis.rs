@@ -7,9 +7,10 @@
 //! The connection is `redis`'s connection manager (it reconnects by itself), made on first
 //! use, inside the runtime. Settlements are made without waiting: queued (at most
 //! [`QUEUED`] requests' worth; past that one is dropped and counted as a failure), they ride
-//! with the next reservation (one script call for both, [`SETTLE_THEN_RESERVE`]), or, none
-//! coming within [`LINGER`], a task of the store's applies them, in batches of one script
-//! call each, under the same deadline.
+//! with the next reservation (one script call for both, [`RESERVE`]), or, none coming
+//! within [`LINGER`], a task of the store's applies them, in batches of one script call
+//! each, under the same deadline. Settlements lost with a call (its error, or its caller's
+//! deadline dropping it) are counted as the store's failures, never silently.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -23,8 +24,8 @@ use super::store::{Adjust, Charge, Peek, Seen, Store, StoreError, StoreFuture, V
 use crate::config::ConfigError;
 
 /// The scripts' functions: Redis's clock in milliseconds; [`SETTLE`]'s rule over `count`
-/// counters from `KEYS[first + 1]`, their arguments from `ARGV[base + 1]`; and
-/// [`RESERVE`]'s, alike.
+/// counters from `KEYS[first + 1]`, their arguments from `ARGV[base + 1]`; and a
+/// reservation's ([`RESERVE`]), alike.
 const FUNCTIONS: &str = r"
 local function now_ms()
   local t = redis.call('TIME')
@@ -113,15 +114,6 @@ local function reserve(now, first, count, base)
 end
 ";
 
-/// Checks every charge against its counter's window, then charges them all; returns
-/// `{1, now, start, amount, start, amount...}` (each counter's window as the charge left
-/// it), or `{0, index, reset_ms, used, in_flight}` for the first that would pass its limit
-/// (`in_flight` 1 when the settled amount alone would have let it pass). A counter is
-/// a hash of its window's start (`s`), the amount charged in it (`v`) and the part of that
-/// held by requests in flight (`h`). Arguments per counter: window, limit, amount, held.
-/// The rule is [`super::store::Memory`]'s.
-const RESERVE: &str = "return reserve(now_ms(), 0, #KEYS, 0)";
-
 /// Settles each counter: in the window it was reserved in (`start`), what was held is
 /// replaced by what was used, never taking a count below 0; if that window ended since,
 /// what was used is charged to the current one, or begins one. The rule is
@@ -129,9 +121,16 @@ const RESERVE: &str = "return reserve(now_ms(), 0, #KEYS, 0)";
 /// used - held (as decimal strings, so that no count is rounded).
 const SETTLE: &str = "settle(now_ms(), 0, #KEYS, 0) return 1";
 
-/// [`SETTLE`] for the first `ARGV[1]` counters, then [`RESERVE`] for the rest, in one call:
-/// the settlements waiting when a reservation is made ride with it.
-const SETTLE_THEN_RESERVE: &str = "
+/// [`SETTLE`] for the first `ARGV[1]` counters (the settlements waiting, none or more, ride
+/// with the reservation), then the reservation of the rest, at one moment of Redis's clock:
+/// every charge checked against its counter's window, then all charged. Returns
+/// `{1, now, start, amount, start, amount...}` (each counter's window as the charge left
+/// it), or `{0, index, reset_ms, used, in_flight}` for the first that would pass its limit
+/// (`in_flight` 1 when the settled amount alone would have let it pass). A counter is
+/// a hash of its window's start (`s`), the amount charged in it (`v`) and the part of that
+/// held by requests in flight (`h`). Arguments per reserved counter: window, limit, amount,
+/// held. The rule is [`super::store::Memory`]'s.
+const RESERVE: &str = "
 local n = tonumber(ARGV[1])
 local now = now_ms()
 settle(now, 0, n, 1)
@@ -149,7 +148,7 @@ const QUEUED: usize = 4096;
 const BATCH: usize = 256;
 
 /// How long a settlement waits for a reservation to ride with before the settlements' task
-/// applies it: at saturation nearly every settlement rides, halving the calls to Redis.
+/// applies it: under load most settlements ride, one script call fewer each.
 const LINGER: Duration = Duration::from_millis(5);
 
 /// Settlements made but not applied yet, each a request's, oldest first: at most
@@ -183,7 +182,6 @@ pub(crate) struct Redis {
     connection: OnceCell<ConnectionManager>,
     reserve: redis::Script,
     settle: Arc<redis::Script>,
-    settle_then_reserve: redis::Script,
     /// The settlements not applied yet.
     pending: Arc<Pending>,
     /// Wakes the task that applies the settlements no reservation carried, once started.
@@ -202,7 +200,6 @@ impl Redis {
             connection: OnceCell::new(),
             reserve: script(RESERVE),
             settle: Arc::new(script(SETTLE)),
-            settle_then_reserve: script(SETTLE_THEN_RESERVE),
             pending: Arc::default(),
             later: OnceLock::new(),
             health: OnceLock::new(),
@@ -343,13 +340,17 @@ fn verdict(
     }
 }
 
-/// Runs [`RESERVE`] for `charges` on `connection`.
+/// Runs [`RESERVE`] on `connection`: `adjusts` applied, then `charges` checked and
+/// charged.
 async fn reserve_on(
     script: &redis::Script,
     connection: &mut ConnectionManager,
+    adjusts: &[Adjust],
     charges: &[Charge],
 ) -> Result<Verdict, StoreError> {
     let mut invocation = script.prepare_invoke();
+    invocation.arg(adjusts.len());
+    settle_arguments(&mut invocation, adjusts);
     reserve_arguments(&mut invocation, charges);
     verdict(invocation.invoke_async(connection).await, charges)
 }
@@ -369,19 +370,34 @@ async fn settle_on(
         .map_err(store_error)
 }
 
-/// Runs [`SETTLE_THEN_RESERVE`] on `connection`: `adjusts` applied, then `charges` checked
-/// and charged.
-async fn settle_then_reserve_on(
-    script: &redis::Script,
-    connection: &mut ConnectionManager,
-    adjusts: &[Adjust],
-    charges: &[Charge],
-) -> Result<Verdict, StoreError> {
-    let mut invocation = script.prepare_invoke();
-    invocation.arg(adjusts.len());
-    settle_arguments(&mut invocation, adjusts);
-    reserve_arguments(&mut invocation, charges);
-    verdict(invocation.invoke_async(connection).await, charges)
+/// The settlements a reservation's call carries. Lost with the call (its error, or its
+/// caller's deadline dropping it before Redis answered), they are counted as a failed
+/// settlement, as a failed batch of the store's task is.
+struct Carried<'a> {
+    adjusts: Vec<Adjust>,
+    health: Option<&'a Health>,
+}
+
+impl Carried<'_> {
+    /// The call answered: its settlements applied, or lost with its `error`.
+    fn answered(mut self, error: Option<&StoreError>) {
+        let adjusts = std::mem::take(&mut self.adjusts);
+        if let (Some(e), Some(health), false) = (error, self.health, adjusts.is_empty()) {
+            health.failed("settle", e);
+        }
+    }
+}
+
+impl Drop for Carried<'_> {
+    fn drop(&mut self) {
+        if let (Some(health), false) = (self.health, self.adjusts.is_empty()) {
+            let e = StoreError(format!(
+                "{} settlements lost with a reservation dropped before Redis answered",
+                self.adjusts.len()
+            ));
+            health.failed("settle", &e);
+        }
+    }
 }
 
 impl Store for Redis {
@@ -390,16 +406,13 @@ impl Store for Redis {
             // The settlements' task runs before the first reservation is made.
             self.later();
             let mut connection = self.connection().await?;
-            let carried = self.pending.take();
-            if carried.is_empty() {
-                return reserve_on(&self.reserve, &mut connection, charges).await;
-            }
-            let script = &self.settle_then_reserve;
-            let verdict = settle_then_reserve_on(script, &mut connection, &carried, charges).await;
-            if let (Err(e), Some(health)) = (&verdict, self.health.get()) {
-                // The settlements it carried are lost with it, as a failed batch's.
-                health.failed("settle", e);
-            }
+            let carried = Carried {
+                adjusts: self.pending.take(),
+                health: self.health.get().map(|h| &**h),
+            };
+            let verdict = reserve_on(&self.reserve, &mut connection, &carried.adjusts, charges);
+            let verdict = verdict.await;
+            carried.answered(verdict.as_ref().err());
             verdict
         })
     }
@@ -435,7 +448,7 @@ impl Store for Redis {
             return;
         };
         if self.pending.push(adjusts) {
-            // Full: the task is woken already.
+            // The wake-up queue holds one: when it is full, the task is woken already.
             let _ = later.try_send(());
         } else if let Some(health) = self.health.get() {
             health.failed(
@@ -512,6 +525,45 @@ impl Settler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The settlements a reservation's call carries are never lost silently: applied, they
+    /// count nothing; lost with the call's error, or with the call dropped before Redis
+    /// answered (its caller's deadline), they count as failed settlements.
+    #[test]
+    fn settlements_lost_with_a_reservation_are_counted() {
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let health = Health::new(
+            metrics.clone(),
+            crate::config::OnStateError::Allow,
+            "redis://127.0.0.1:1".into(),
+        );
+        let failed = || {
+            let text = metrics.encode();
+            (text.lines())
+                .find(|l| l.starts_with("choicewise_state_errors_total{op=\"settle\"}"))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let adjust = || Adjust {
+            counter: Arc::from("k"),
+            slot: 0,
+            start: 0,
+            window_ms: 60_000,
+            held: 5,
+            used: 3,
+        };
+        let carried = |adjusts: Vec<Adjust>| Carried {
+            adjusts,
+            health: Some(&health),
+        };
+        carried(vec![adjust()]).answered(None);
+        carried(Vec::new()).answered(Some(&StoreError("down".into())));
+        assert_eq!(failed(), 0, "applied, or nothing carried");
+        carried(vec![adjust()]).answered(Some(&StoreError("down".into())));
+        assert_eq!(failed(), 1, "lost with the call's error");
+        drop(carried(vec![adjust(), adjust()]));
+        assert_eq!(failed(), 2, "lost with the call dropped");
+    }
 
     #[test]
     fn urls_are_checked_and_shown_without_their_password() {
@@ -626,7 +678,6 @@ mod tests {
             }
         };
         let (reserve, settle) = (script(RESERVE), script(SETTLE));
-        let settle_then_reserve = script(SETTLE_THEN_RESERVE);
         // The scripts read Redis's clock, the in-process store is given Redis's `TIME` read
         // after each call: the windows are an hour long, so that no window ends between the
         // two, and a window is replaced by hand (its counters deleted in both) to settle
@@ -670,14 +721,8 @@ mod tests {
                     })
                     .collect();
                 // The settlements waiting ride with it, settled first.
-                let by_redis = match carried.is_empty() {
-                    true => reserve_on(&reserve, &mut connection, &charges).await,
-                    false => {
-                        let adjusts: Vec<Adjust> = carried.iter().map(|c| c.0.clone()).collect();
-                        let script = &settle_then_reserve;
-                        settle_then_reserve_on(script, &mut connection, &adjusts, &charges).await
-                    }
-                };
+                let adjusts: Vec<Adjust> = carried.iter().map(|c| c.0.clone()).collect();
+                let by_redis = reserve_on(&reserve, &mut connection, &adjusts, &charges).await;
                 let by_redis = by_redis.unwrap();
                 let now = redis_now(&mut connection).await;
                 let carried_in_memory: Vec<Adjust> = carried.drain(..).map(|c| c.1).collect();
