@@ -68,8 +68,7 @@ pub(crate) async fn answer<A: ClientApi>(
         kept: None,
         rate: Vec::new(),
     };
-    let client_of = (client, &*request_id);
-    let planned = prepare::<A>(&gw, head, body, &caller, client_of, &mut learned).await;
+    let planned = prepare::<A>(&gw, head, body, &caller, client, &request_id, &mut learned).await;
     let Learned { asked, kept, rate } = learned;
     if let Some(asked) = asked {
         finish.read(asked);
@@ -140,20 +139,20 @@ async fn prepare<A: ClientApi>(
     head: Arc<Head>,
     body: Body,
     caller: &keys::Caller,
-    (client, request_id): (crate::upstream::resilience::ClientId, &str),
+    client: crate::upstream::resilience::ClientId,
+    request_id: &str,
     learned: &mut Learned<A>,
 ) -> Result<Planned<A::Reply>, ApiError> {
     // The key was checked and a slot taken by the layers (`Gateway::router`).
     let bytes = layers::read_body(&gw.inner.admission, body).await?;
     let len = bytes.len();
     let watch = head.extensions.get::<crate::console::Watch>().cloned();
-    let configured = |model: &str| gw.inner.models.contains_key(model);
     let parsed = match parse::<A>(gw, head, bytes).await {
         Ok(parsed) => parsed,
         Err(refused) => {
             let Refused { error, asked } = *refused;
             learned.asked = asked.map(|model| Asked {
-                configured: configured(&model),
+                configured: gw.inner.models.contains_key(&model),
                 model,
                 stream: false,
             });

@@ -1,6 +1,6 @@
-//! What cuts an answer short: the gateway's close or the request's deadline (awaiting a
-//! run's work unless it is cut is [`Running::until_closed`](crate::answer::finish::Running::until_closed)). Watched by the answer itself (its write loop, its tail),
-//! with no task of its own.
+//! What cuts an answer short: the gateway's close or the request's deadline. Watched by the
+//! answer itself (its write loop, its tail), with no task of its own; awaiting a run's work
+//! unless it is cut is [`Running::until_closed`](crate::answer::finish::Running::until_closed).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
