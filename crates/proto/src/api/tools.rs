@@ -690,6 +690,19 @@ fn responses_input(messages: Vec<Value>) -> Result<Vec<Value>, String> {
     Ok(out)
 }
 
+/// Chat messages whose third is a tool result with an audio part, which no API's tool
+/// result takes: for the tests of its refusal.
+#[cfg(test)]
+pub(crate) fn a_tool_result_of_audio() -> Value {
+    json!([
+        {"role": "user", "content": "hear this"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+         "function": {"name": "listen", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1",
+         "content": [{"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}]}
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -770,13 +783,7 @@ mod tests {
     /// API that has tool results of its own.
     #[test]
     fn a_tool_results_unknown_part_is_refused_alike_from_the_tree_and_the_text() {
-        let messages = json!([
-            {"role": "user", "content": "hear this"},
-            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
-             "function": {"name": "listen", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": "c1",
-             "content": [{"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}]}
-        ]);
+        let messages = a_tool_result_of_audio();
         for api in [Dialect::Anthropic, Dialect::Responses] {
             let want = format!(
                 "messages[2].content[0]: a tool result's \"input_audio\" part cannot be sent to \

@@ -450,13 +450,7 @@ mod tests {
             e.message(),
             "tools[0]: only function tools can be sent to the bedrock API"
         );
-        let broken_result = json!([
-            {"role": "user", "content": "hear this"},
-            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
-             "function": {"name": "listen", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": "c1",
-             "content": [{"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}]}
-        ]);
+        let broken_result = crate::api::tools::a_tool_result_of_audio();
         let want = "messages[2].content[0]: a tool result's \"input_audio\" part cannot be sent to \
                     the bedrock API (text and images can)";
         let e = request(json!({"messages": broken_result})).unwrap_err();
