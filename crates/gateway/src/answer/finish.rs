@@ -27,10 +27,13 @@ mod row;
 mod running;
 mod sinks;
 
-pub(crate) use labels::{Arrival, Asked, Labels};
+use labels::Labels;
+pub(crate) use labels::{Arrival, Asked};
 pub(crate) use row::log_unrun;
-pub(crate) use running::{Running, Settled};
-pub(crate) use sinks::{End, Record, Sinks};
+pub(crate) use running::Running;
+use running::Settled;
+pub(crate) use sinks::Sinks;
+use sinks::{End, Record};
 
 /// A request's record, from its arrival: where it is in its life ([`Stage`]), its run once
 /// it started, and what its record needs. It goes along the request's path by value: the
