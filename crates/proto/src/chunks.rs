@@ -5,7 +5,8 @@
 //! `choices` array; an [`Element`] is typed and shares the event's text, so a chunk is written
 //! straight into a buffer (no JSON tree per event), its keys in sorted order as a
 //! `serde_json::Value` of the same element would write them; an [`Envelope`] holds what every
-//! chunk of one answer repeats (its id, time and model).
+//! chunk of one answer repeats (its id, time and model). A relay that passes an upstream's
+//! chunks on reads each one's facts with [`chunk_facts`], a scan rather than a parse.
 //!
 //! ```
 //! use choicewise_proto::ChoiceEvent;
@@ -23,6 +24,7 @@
 
 use std::sync::Arc;
 
+pub use crate::relay::{ChoiceFacts, ChunkFacts, chunk_facts};
 use crate::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};

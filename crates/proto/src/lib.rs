@@ -51,6 +51,7 @@ mod event_log;
 mod lifecycle;
 mod logprobs;
 mod merge;
+mod relay;
 mod response;
 mod router;
 mod scan;
