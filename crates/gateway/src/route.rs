@@ -19,6 +19,7 @@ use crate::answer::ending::ErrorType;
 use crate::answer::finish::{Arrival, Asked, Finish, Opening, Recorded};
 use crate::answer::respond::{self, Answer};
 use crate::answer::write;
+use crate::api::chat::relay;
 use crate::api::{ClientApi, Head, Read, Refused};
 use crate::error::ApiError;
 use crate::keys;
@@ -80,7 +81,8 @@ pub(crate) async fn answer<A: ClientApi>(
     let label = layers::ModelLabel(finish.labels().model.clone());
     let tries = finish.tries();
     let mut response = match served {
-        Ok(ready) => ready.answer(finish).await,
+        Ok(Served::Picked(ready)) => ready.answer(finish).await,
+        Ok(Served::Relayed(relayed)) => relay::respond(finish, relayed),
         Err(e) => {
             finish.refused(&e);
             // Recorded when its body ends, as every answer is.
@@ -187,13 +189,14 @@ async fn prepare<A: ClientApi>(
 }
 
 /// Runs a planned request up to its answer: [`start`] its samples, which its record
-/// (`finish`) holds from then on, and pick them ([`Run::pick`]); the record goes back with
-/// what is ready to be answered, or the refusal.
+/// (`finish`) holds from then on, and pick them ([`Run::pick`]); or, when it can be
+/// relayed ([`relay::relays`]), open its one upstream request ([`open_relayed`]). The
+/// record goes back with what is ready to be answered, or the refusal.
 async fn run<A: ClientApi>(
     gw: &Gateway,
     planned: Planned<A::Reply>,
     mut finish: Finish,
-) -> (Finish, Result<Ready<A>, ApiError>) {
+) -> (Finish, Result<Served<A>, ApiError>) {
     let Planned {
         plan,
         reservation,
@@ -214,6 +217,11 @@ async fn run<A: ClientApi>(
     });
     let request_id = finish.labels().request_id.clone();
     let deadlines = Deadlines::new(gw, finish.arrived(), req.policy.deadline());
+    let keeps = watch.is_some() || gw.inner.traces.is_some() || finish.records_samples();
+    if A::LABEL == crate::api::chat::Chat::LABEL && relay::relays(&req, &opener, keeps) {
+        let relayed = Box::pin(open_relayed(gw, opener, &req, &deadlines, &request_id)).await;
+        return (finish, relayed.map(Served::Relayed));
+    }
     // Boxed, as the answer is: a request's futures stay small where they are moved.
     let run = match Box::pin(start(opener, &req, &deadlines, &request_id)).await {
         Ok(run) => run,
@@ -261,7 +269,48 @@ async fn run<A: ClientApi>(
         closing,
         dropped,
     };
-    (finish, Ok(ready))
+    (finish, Ok(Served::Picked(ready)))
+}
+
+/// Opens a relayed request's one upstream request, as its first sample would be opened
+/// (its tries, its fallbacks), by the time its pick would be made.
+async fn open_relayed(
+    gw: &Gateway,
+    opener: open::Opener,
+    req: &ChatRequest,
+    deadlines: &Deadlines,
+    request_id: &str,
+) -> Result<relay::Relayed, ApiError> {
+    let upstream = crate::upstream::engine::first_upstream(&opener.model.routes, req);
+    let opening = opener.open(upstream, &[0]);
+    let Ok(opened) = tokio::time::timeout_at(deadlines.picked_by().into(), opening).await else {
+        return Err(deadlines.passed(
+            request_id,
+            &req.model,
+            "while its first samples were opened",
+        ));
+    };
+    let closing = write::Closing::new(
+        gw.inner.closing.subscribe(),
+        deadlines.request,
+        (request_id, req.model.as_str(), deadlines.request_s),
+    );
+    Ok(relay::Relayed {
+        opened: opened?,
+        opener,
+        envelope: Envelope::new(&req.model),
+        asked: (req.logprobs, req.include_usage),
+        closing,
+    })
+}
+
+/// What a request's run made ready to answer: a pick's samples, or a relayed upstream.
+// Made once a request and moved once, into its answer: a box would be an allocation a
+// request for nothing.
+#[allow(clippy::large_enum_variant)]
+enum Served<A: ClientApi> {
+    Picked(Ready<A>),
+    Relayed(relay::Relayed),
 }
 
 /// The 404 that says there is no configured model `name`.

@@ -31,7 +31,7 @@ use labels::Labels;
 pub(crate) use labels::{Arrival, Asked};
 pub(crate) use row::log_unrun;
 pub(crate) use running::Running;
-use running::Settled;
+pub(crate) use running::Settled;
 pub(crate) use sinks::Sinks;
 use sinks::{End, Record};
 
@@ -175,6 +175,14 @@ impl Finish {
         );
         self.0.record.span = span;
         self.0.stage = Stage::Running(Running::new(run));
+    }
+
+    /// A relayed request ([`crate::answer::relay`]) came to `settled` and ended so: its
+    /// record is made from them when it is dropped.
+    pub(crate) fn relayed(&mut self, settled: Settled, ended: Ended) {
+        if let Stage::Reading = self.0.stage {
+            self.0.stage = Stage::Done { settled, ended };
+        }
     }
 
     /// The run, until what it came to and how it ended are both known.

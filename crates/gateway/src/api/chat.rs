@@ -18,6 +18,8 @@ use crate::error::ApiError;
 use crate::request::ChatRequest;
 use crate::upstream::engine::{AnswerUsage, Summary};
 
+pub(crate) mod relay;
+
 /// OpenAI's Chat Completions: the request is the one the gateway runs, read as it came;
 /// every output choice is answered (its `n`).
 pub(crate) struct Chat;

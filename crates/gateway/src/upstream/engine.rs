@@ -26,10 +26,8 @@ use crate::upstream::pace::{BoxError, Pace, bounded, paced};
 
 mod accounting;
 
-pub(crate) use accounting::AnswerUsage;
+pub(crate) use accounting::{AnswerUsage, ChoiceTokens, UsageParts};
 use accounting::{Asked, Ledger};
-#[cfg(test)]
-pub(crate) use accounting::{ChoiceTokens, UsageParts};
 
 /// The plan of a request's samples over its model's upstreams, opened as its policy says
 /// ([`Policy::opening`]: one at a time when hedged, window by window, or after a
@@ -39,6 +37,11 @@ fn plan(upstreams: &[UpstreamRoute], req: &ChatRequest) -> Plan {
         .map(|u| (PlanUpstream::new(u.weight).native_n(u.n_mode == NMode::Native)).max_n(u.max_n))
         .collect();
     req.policy.plan(&upstreams)
+}
+
+/// The upstream a request of one sample is first asked of, as its plan says.
+pub(crate) fn first_upstream(upstreams: &[UpstreamRoute], req: &ChatRequest) -> usize {
+    (plan(upstreams, req).requests().first()).map_or(0, |p| p.upstream())
 }
 
 /// The upstream a request's `j`-th replacement sample is first asked of: the planned

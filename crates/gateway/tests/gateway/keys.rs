@@ -1176,6 +1176,57 @@ async fn a_sample_past_its_room_is_stopped_there_when_its_upstream_ignores_max_t
     gw.stop().await;
 }
 
+/// The same upstream, streamed: a Chat request of one choice is relayed (its upstream's
+/// own chunks passed on), and the relay holds the sample to its room as the general path
+/// does: its finish `length` there, its upstream closed, the key charged within the room.
+#[tokio::test]
+async fn a_relayed_stream_past_its_room_is_stopped_there_when_its_upstream_ignores_max_tokens() {
+    let up = start(TestServer::builder().body(ignores_max_tokens())).await;
+    let toml = format!(
+        "[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+         [auth.keys.limits]\ntokens_per_minute = 5000\n{}",
+        models(&up, "")
+    );
+    let gw = Served::start(&toml).await;
+    let client = reqwest::Client::new();
+    let chat = "/v1/chat/completions";
+    let streamed = json!({"model": "large", "stream": true,
+                          "stream_options": {"include_usage": true},
+                          "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(&client, gw.addr, chat, "sk-team-a", &streamed).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    let (chunks, done) = crate::common::sse_data(&text);
+    assert!(done, "{text}");
+    let content: String = (chunks.iter())
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    let words = content.split_whitespace().count();
+    assert!((4_096..=4_106).contains(&words), "{words} words");
+    let finish = chunks
+        .iter()
+        .find_map(|c| c["choices"][0]["finish_reason"].as_str());
+    assert_eq!(finish, Some("length"));
+    // The usage the client asked for is the gateway's count of what it relayed.
+    let usage = &chunks.last().unwrap()["usage"];
+    let completion = usage["completion_tokens"].as_u64().unwrap();
+    assert!((4_096..=4_106).contains(&completion), "{usage}");
+    assert_eq!(usage["choicewise"]["estimated"], true, "{usage}");
+    let r = client
+        .get(format!("http://{}/v1/key", gw.addr))
+        .bearer_auth("sk-team-a")
+        .send()
+        .await
+        .unwrap();
+    let own: Value = r.json().await.unwrap();
+    let used = own["usage"][0]["used"].as_u64().unwrap();
+    assert!((4_096..=5_000).contains(&used), "{own}");
+    let (status, _, body) =
+        refusal(post(&client, gw.addr, chat, "sk-team-a", &streamed).await).await;
+    assert_eq!(status, 429, "{body}");
+    gw.stop().await;
+}
+
 /// Keys made over the admin API while the keys' store (Redis) goes away: the replica keeps
 /// the keys it last read (a request with one is still served; the limits' counts, with
 /// `allow`, go uncounted), a change asked meanwhile is a 503 `key_store_unavailable` and

@@ -33,6 +33,7 @@ mod message_checks;
 mod policy;
 mod record;
 mod records;
+mod relay;
 mod resilience;
 mod serving;
 mod traces;

@@ -176,3 +176,17 @@ pub(crate) struct Settled {
     /// The output samples of a selection (`None`: every sample is an output).
     pub(super) outputs: Option<Vec<u32>>,
 }
+
+impl Settled {
+    /// What a relayed request came to: its one sample's `outcome`, its `tries`, and the
+    /// updates after its finish left out.
+    pub(crate) fn relayed(outcome: Outcome, tries: Vec<TryRecord>, after_finish: usize) -> Self {
+        Settled {
+            outcome,
+            tries,
+            samples: 1,
+            after_finish,
+            outputs: None,
+        }
+    }
+}

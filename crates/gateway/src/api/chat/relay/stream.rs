@@ -1,0 +1,633 @@
+//! A relayed Chat Completions stream, as data ([`ChatRelay`]): each upstream chunk scanned
+//! ([`chunk_facts`]) and passed on as it came, its `id`, `model` and `created` the
+//! answer's own; of each choice only what the record and the limits read is parsed (its
+//! texts, its finish), of the chunk its usage and its error. What the gateway adds (a
+//! finish at the bound of tokens, a failure, the usage with its `choicewise` parts, the
+//! tries' summary, `[DONE]`) is written by the Chat framing the general path writes with, so that an
+//! ending reads the same on both paths.
+
+use std::borrow::Cow;
+use std::ops::{ControlFlow, Range};
+
+use choicewise_core::chunks::Envelope;
+use choicewise_core::chunks::{ChunkFacts, chunk_facts};
+use choicewise_core::input::TokenBound;
+use choicewise_core::{ChoiceEvent, Error, ErrorDetail, UpstreamError};
+use choicewise_sse::Framer;
+use serde::Deserialize;
+
+use crate::answer::ending::{AnswerEnd, Cut, OutputEnd, Seen, decide};
+use crate::answer::write::{Framing, Tail};
+use crate::api::chat::ChatFraming;
+
+/// One choice of a chunk, as far as the relay reads it: its texts and its finish.
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(borrow, default)]
+    delta: Option<Delta<'a>>,
+    #[serde(borrow, default)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+/// A choice's delta: the texts its output is counted by (content, refusal, reasoning, and
+/// its calls' arguments).
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    refusal: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<Call<'a>>>,
+    #[serde(borrow, default)]
+    function_call: Option<Function<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Call<'a> {
+    #[serde(borrow, default)]
+    function: Option<Function<'a>>,
+    /// A custom tool's call (its input).
+    #[serde(borrow, default)]
+    custom: Option<Custom<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Function<'a> {
+    #[serde(borrow, default)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Custom<'a> {
+    #[serde(borrow, default)]
+    input: Option<Cow<'a, str>>,
+}
+
+/// A chunk's `usage`, as far as the record reads it.
+#[derive(Deserialize, Default)]
+struct Usage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+}
+
+/// The tokens an upstream reported for its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reported {
+    pub(crate) prompt: u64,
+    pub(crate) completion: u64,
+}
+
+/// The output's tokens against the bound it is held to: first its texts' bytes (a token is
+/// a byte at least), once those pass the bound the tokens of the whole output, then of each
+/// piece (the same count as the general path's, `choicewise_proto::TokenBound`).
+#[derive(Debug, Clone, Copy)]
+struct Bound {
+    max: u64,
+    count: fn(&str) -> u64,
+    at_most: u64,
+    counting: bool,
+}
+
+impl Bound {
+    /// Adds `piece` (the output now `whole`): `true` once the output passes the bound.
+    fn passes(&mut self, piece: &str, whole: &str) -> bool {
+        let more = match self.counting {
+            true => (self.count)(piece),
+            false => piece.len() as u64,
+        };
+        self.at_most = self.at_most.saturating_add(more);
+        if self.at_most <= self.max {
+            return false;
+        }
+        self.at_most = (self.count)(whole);
+        self.counting = true;
+        self.at_most > self.max
+    }
+}
+
+/// Whether the relay reads on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fed {
+    /// More may come.
+    More,
+    /// The answer is over upstream (`[DONE]`, an error, the bound passed): read no more.
+    Over,
+}
+
+/// A Chat Completions stream relayed to a Chat Completions client: what it has passed on
+/// and what it learned on the way.
+pub(crate) struct ChatRelay {
+    framer: Framer,
+    state: State,
+}
+
+/// What the relay learned, apart from its framer (which lends it each event).
+struct State {
+    framing: ChatFraming,
+    /// The answer's own `id`, `model` and `created`, as JSON.
+    id: Vec<u8>,
+    model: Vec<u8>,
+    created: Vec<u8>,
+    bound: Option<Bound>,
+    /// The output's texts so far (its tokens' estimate when the upstream reports none).
+    texts: String,
+    finish: Option<String>,
+    /// The finish was the gateway's, at the bound of tokens.
+    at_bound: bool,
+    reported: Option<Reported>,
+    failure: Option<Error>,
+    /// The model the upstream named.
+    response_model: Option<String>,
+    /// Updates of the choice after its finish, left out.
+    after_finish: usize,
+    over: bool,
+    /// Bytes fed so far.
+    offset: u64,
+}
+
+impl ChatRelay {
+    /// The relay of a stream answered under `envelope`; `logprobs` and `include_usage` as
+    /// the client asked; `bound`: the most tokens its output may take.
+    pub(crate) fn new(
+        envelope: &Envelope,
+        (logprobs, include_usage): (bool, bool),
+        bound: Option<TokenBound>,
+        max_event_size: usize,
+    ) -> ChatRelay {
+        let mut framing = ChatFraming::new(envelope, 1, &envelope.model, (logprobs, include_usage));
+        // The upstream's first chunk opens the choice: what the gateway writes is never an
+        // opening.
+        framing.open(&mut Vec::new());
+        let json = |s: &str| serde_json::to_vec(s).unwrap_or_default();
+        ChatRelay {
+            framer: Framer::with_max_event_size(max_event_size),
+            state: State {
+                framing,
+                id: json(&envelope.id),
+                model: json(&envelope.model),
+                created: envelope.created.to_string().into_bytes(),
+                bound: bound.map(|TokenBound { max, count }| Bound {
+                    max,
+                    count,
+                    at_most: 0,
+                    counting: false,
+                }),
+                texts: String::new(),
+                finish: None,
+                at_bound: false,
+                reported: None,
+                failure: None,
+                response_model: None,
+                after_finish: 0,
+                over: false,
+                offset: 0,
+            },
+        }
+    }
+
+    /// Relays one read of the upstream's bytes: every whole event in it, passed on into
+    /// `write`.
+    pub(crate) fn feed(&mut self, bytes: &[u8], write: &mut Vec<u8>) -> Fed {
+        let ChatRelay { framer, state } = self;
+        if state.over {
+            return Fed::Over;
+        }
+        let fed = framer.feed(bytes, |event| state.event(event.data, event.line, write));
+        state.offset += bytes.len() as u64;
+        if let Err(e) = fed {
+            state.fail(Error::from(ErrorDetail::Sse(e)));
+        }
+        match state.over {
+            true => Fed::Over,
+            false => Fed::More,
+        }
+    }
+
+    /// The upstream's reads failed with `message` (a closed connection, the answer past
+    /// its bytes), or it fell silent for `idle`.
+    pub(crate) fn failed(&mut self, message: String, idle: Option<std::time::Duration>) {
+        let offset = self.state.offset;
+        let detail = match idle {
+            Some(after) => ErrorDetail::IdleTimeout { after, offset },
+            None => ErrorDetail::Transport {
+                offset,
+                message,
+                source: None,
+                unfinished: vec![0],
+            },
+        };
+        self.state.fail(Error::from(detail));
+    }
+
+    /// Whether the choice finished (its upstream's finish, or the bound's).
+    pub(crate) fn finished(&self) -> bool {
+        self.state.finish.is_some()
+    }
+
+    /// Ends the answer: the choice's ending decided (`cut`: why the answer was cut short,
+    /// if it was) and written as the Chat framing writes it, then the tail (the `usage`
+    /// the gateway estimated, when the client asked for it and the upstream reported none;
+    /// the tries' `summary`), then `[DONE]`. The choice's ending and the answer's verdict.
+    pub(crate) fn end(
+        &mut self,
+        cut: Option<Cut>,
+        tail: Tail,
+        write: &mut Vec<u8>,
+    ) -> (OutputEnd, AnswerEnd) {
+        let state = &mut self.state;
+        state.over = true;
+        let seen = Seen {
+            error: state.failure.clone(),
+            finish: state.finish.as_deref().map(choicewise_core::Text::from),
+            stopped: None,
+        };
+        let end = decide(Some(&seen), cut);
+        state.framing.end(0, &end, write);
+        let ends = [end];
+        let answer = AnswerEnd::of(&ends, true);
+        state.framing.tail(&ends, &answer, tail, write);
+        let [end] = ends;
+        (end, answer)
+    }
+
+    /// The usage the upstream reported, if it did.
+    pub(crate) fn reported(&self) -> Option<Reported> {
+        self.state.reported
+    }
+
+    /// The output's texts (its tokens' estimate when none were reported).
+    pub(crate) fn texts(&self) -> &str {
+        &self.state.texts
+    }
+
+    /// Whether the gateway finished the choice at its bound of tokens.
+    #[cfg(test)]
+    pub(crate) fn at_bound(&self) -> bool {
+        self.state.at_bound
+    }
+
+    /// The model the upstream named in its answer.
+    pub(crate) fn response_model(&self) -> Option<&str> {
+        self.state.response_model.as_deref()
+    }
+
+    /// Updates of the choice that came after its finish, left out.
+    pub(crate) fn after_finish(&self) -> usize {
+        self.state.after_finish
+    }
+}
+
+impl State {
+    /// The answer failed upstream with `error`, unless its choice had finished.
+    fn fail(&mut self, error: Error) {
+        if self.finish.is_none() && self.failure.is_none() {
+            self.failure = Some(error);
+        }
+        self.over = true;
+    }
+
+    /// One event's `data` (at `line`): relayed, or what it says taken.
+    fn event(&mut self, data: &str, line: u64, write: &mut Vec<u8>) -> ControlFlow<()> {
+        if self.over {
+            return ControlFlow::Break(());
+        }
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.over = true;
+            return ControlFlow::Break(());
+        }
+        if data.is_empty() {
+            return ControlFlow::Continue(());
+        }
+        let normalised;
+        let (data, facts) = match chunk_facts(data) {
+            Some(facts) => (data, facts),
+            // A chunk the scan cannot vouch for: parsed, written again, then scanned.
+            None => match normalise(data) {
+                Ok((text, facts)) => {
+                    normalised = text;
+                    (normalised.as_str(), facts)
+                }
+                Err(message) => {
+                    let offset = self.offset;
+                    self.fail(Error::from(ErrorDetail::Json {
+                        line,
+                        offset,
+                        message,
+                    }));
+                    return ControlFlow::Break(());
+                }
+            },
+        };
+        if let Some(error) = &facts.error {
+            let value: serde_json::Value =
+                serde_json::from_str(&data[error.clone()]).unwrap_or_default();
+            let wrapped = serde_json::json!({ "error": value });
+            let error = UpstreamError::from_value(&wrapped, line);
+            self.fail(Error::from(ErrorDetail::Upstream(std::sync::Arc::new(
+                error,
+            ))));
+            return ControlFlow::Break(());
+        }
+        if self.response_model.is_none()
+            && let Some(model) = &facts.model
+        {
+            self.response_model = serde_json::from_str(&data[model.clone()]).ok();
+        }
+        if let Some(usage) = &facts.usage
+            && let Ok(usage) = serde_json::from_str::<Option<Usage>>(&data[usage.clone()])
+            && let Some(Usage {
+                prompt_tokens,
+                completion_tokens,
+            }) = usage
+        {
+            self.reported = Some(Reported {
+                prompt: prompt_tokens.unwrap_or(0),
+                completion: completion_tokens.unwrap_or(0),
+            });
+        }
+        let (mut passes, mut skipped) = (false, 0);
+        for choice in &facts.choices {
+            if self.finish.is_some() {
+                // As the general path: the choice is what it was at its finish.
+                self.after_finish += 1;
+                skipped += 1;
+                continue;
+            }
+            let text = &data[choice.range.clone()];
+            let choice: Choice = match serde_json::from_str(text) {
+                Ok(choice) => choice,
+                Err(e) => {
+                    let offset = self.offset;
+                    self.fail(Error::from(ErrorDetail::InvalidUpdate {
+                        choice: 0,
+                        line,
+                        offset,
+                        message: e.to_string(),
+                    }));
+                    return ControlFlow::Break(());
+                }
+            };
+            passes |= self.take(&choice);
+            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+                self.finish = Some(reason.into_owned());
+            }
+        }
+        let shown = match facts.choices.is_empty() {
+            // A chunk of its usage alone is not passed on: the answer's usage, when the
+            // client asked for it, is the gateway's (its `choicewise` parts), in its tail.
+            true => facts.usage.is_none(),
+            false => skipped < facts.choices.len(),
+        };
+        if shown {
+            self.write(data, &facts, write);
+        }
+        if passes && self.finish.is_none() {
+            // Past its bound of tokens: finished there, as the general path finishes it.
+            let mut element = Vec::new();
+            let finished = ChoiceEvent::Finished("length".into());
+            self.framing.event(0, &finished, &mut element);
+            write.extend_from_slice(&element);
+            self.finish = Some("length".to_string());
+            self.at_bound = true;
+            self.over = true;
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Takes a choice's texts into the output: whether it passes its bound now.
+    fn take(&mut self, choice: &Choice) -> bool {
+        let Some(delta) = &choice.delta else {
+            return false;
+        };
+        let calls = (delta.tool_calls.iter().flatten()).flat_map(|c| {
+            let function = c.function.as_ref().and_then(|f| f.arguments.as_deref());
+            let custom = c.custom.as_ref().and_then(|c| c.input.as_deref());
+            function.into_iter().chain(custom)
+        });
+        let texts = [
+            &delta.content,
+            &delta.refusal,
+            &delta.reasoning_content,
+            &delta.reasoning,
+        ];
+        let function = (delta.function_call.as_ref()).and_then(|f| f.arguments.as_deref());
+        let mut passes = false;
+        let pieces = (texts.into_iter().filter_map(|t| t.as_deref()))
+            .chain(calls)
+            .chain(function);
+        for piece in pieces {
+            if piece.is_empty() {
+                continue;
+            }
+            self.texts.push_str(piece);
+            if let Some(bound) = &mut self.bound {
+                passes |= bound.passes(piece, &self.texts);
+            }
+        }
+        passes
+    }
+
+    /// Writes the chunk `data` as its event, its `id`, `model` and `created` the answer's.
+    fn write(&self, data: &str, facts: &ChunkFacts, write: &mut Vec<u8>) {
+        let mut spans: Vec<(&Range<usize>, &[u8])> = Vec::with_capacity(3);
+        for (range, with) in [
+            (&facts.id, &self.id),
+            (&facts.model, &self.model),
+            (&facts.created, &self.created),
+        ] {
+            if let Some(range) = range {
+                spans.push((range, with));
+            }
+        }
+        spans.sort_by_key(|(range, _)| range.start);
+        write.reserve(data.len() + 64);
+        write.extend_from_slice(b"data: ");
+        let mut at = 0;
+        for (range, with) in spans {
+            write.extend_from_slice(&data.as_bytes()[at..range.start]);
+            write.extend_from_slice(with);
+            at = range.end;
+        }
+        write.extend_from_slice(&data.as_bytes()[at..]);
+        write.extend_from_slice(b"\n\n");
+    }
+}
+
+/// A chunk the scan could not vouch for, parsed and written again (compact, its keys as
+/// they came), then scanned; or why it is not a chunk.
+fn normalise(data: &str) -> Result<(String, ChunkFacts), String> {
+    let value: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(data).map_err(|e| e.to_string())?;
+    let text = serde_json::to_string(&value).map_err(|e| e.to_string())?;
+    let facts = chunk_facts(&text).ok_or("a chunk of an unexpected shape")?;
+    Ok((text, facts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UP: &str = concat!(
+        r#"data: {"id":"up-1","object":"chat.completion.chunk","created":1,"model":"up","system_fingerprint":"fp","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null,"x_vendor":{"k":[1,2]}}]}"#,
+        "\n\n",
+        r#"data: {"id":"up-1","object":"chat.completion.chunk","created":1,"model":"up","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}]}"#,
+        "\n\n",
+        r#"data: {"id":"up-1","object":"chat.completion.chunk","created":1,"model":"up","choices":[{"index":0,"delta":{"content":" late"},"finish_reason":null}]}"#,
+        "\n\n",
+        r#"data: {"id":"up-1","object":"chat.completion.chunk","created":1,"model":"up","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}"#,
+        "\n\ndata: [DONE]\n\n",
+    );
+
+    fn envelope() -> Envelope {
+        Envelope {
+            id: "chatcmpl-gw".into(),
+            created: 5,
+            model: "m".into(),
+        }
+    }
+
+    fn words(text: &str) -> u64 {
+        text.split_whitespace().count() as u64
+    }
+
+    /// The relay of `reads`, each fed as one read: what it wrote, and the relay.
+    fn relayed(reads: &[&[u8]], bound: Option<u64>) -> (String, ChatRelay) {
+        let bound = bound.map(|max| TokenBound::new(max, words));
+        let mut relay = ChatRelay::new(&envelope(), (false, false), bound, 1 << 20);
+        let mut write = Vec::new();
+        for read in reads {
+            if relay.feed(read, &mut write) == Fed::Over {
+                break;
+            }
+        }
+        (String::from_utf8(write).unwrap(), relay)
+    }
+
+    fn data(text: &str) -> Vec<serde_json::Value> {
+        (text.lines().filter_map(|l| l.strip_prefix("data: ")))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn chunks_pass_as_they_came_under_the_answers_own_id_and_model() {
+        let (text, relay) = relayed(&[UP.as_bytes()], None);
+        let chunks = data(&text);
+        // The finish's chunk is the last: what came after it for the choice is left out,
+        // the usage alone is the tail's, and `[DONE]` is the gateway's to write.
+        assert_eq!(chunks.len(), 2, "{text}");
+        for chunk in &chunks {
+            assert_eq!(
+                (&chunk["id"], &chunk["model"], &chunk["created"]),
+                (&"chatcmpl-gw".into(), &"m".into(), &5.into())
+            );
+        }
+        assert_eq!(chunks[0]["system_fingerprint"], "fp");
+        assert_eq!(chunks[0]["choices"][0]["x_vendor"]["k"][1], 2);
+        assert_eq!(chunks[1]["choices"][0]["finish_reason"], "stop");
+        assert_eq!(relay.texts(), "Hello");
+        assert_eq!(relay.after_finish(), 1);
+        assert_eq!(
+            relay.reported(),
+            Some(Reported {
+                prompt: 7,
+                completion: 2
+            })
+        );
+        assert_eq!(relay.response_model(), Some("up"));
+        assert!(!text.contains("[DONE]") && !text.contains("usage"));
+    }
+
+    #[test]
+    fn a_stream_split_anywhere_is_relayed_the_same() {
+        let (whole, _) = relayed(&[UP.as_bytes()], None);
+        let bytes = UP.as_bytes();
+        for at in 1..bytes.len() {
+            let (split, relay) = relayed(&[&bytes[..at], &bytes[at..]], None);
+            assert_eq!(split, whole, "split at {at}");
+            assert_eq!(relay.texts(), "Hello");
+        }
+    }
+
+    #[test]
+    fn a_chunk_the_scan_cannot_vouch_for_is_parsed_and_relayed() {
+        // An escaped key: the scan leaves it to a parser.
+        let up = r#"data: {"id":"x","mod\u0065l":"up","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}"#;
+        let (text, relay) = relayed(&[format!("{up}\n\n").as_bytes()], None);
+        let chunks = data(&text);
+        assert_eq!(chunks[0]["model"], "m", "{text}");
+        assert_eq!(chunks[0]["id"], "chatcmpl-gw");
+        assert_eq!(relay.texts(), "Hi");
+        // Not JSON: the stream fails there.
+        let (_, mut relay) = relayed(&[b"data: {\"choices\": [\n\n"], None);
+        let mut tail = Vec::new();
+        let (end, answer) = relay.end(None, Tail::default(), &mut tail);
+        assert!(end.why().unwrap().contains("invalid chunk JSON"), "{end}");
+        assert!(answer.failure().is_some());
+    }
+
+    #[test]
+    fn an_output_past_its_bound_finishes_there_with_length() {
+        let chunk = |content: &str| {
+            format!(
+                "data: {{\"id\":\"u\",\"model\":\"up\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":null}}]}}\n\n"
+            )
+        };
+        let up: String = (0..10).map(|_| chunk(" one two three")).collect();
+        let (text, relay) = relayed(&[up.as_bytes()], Some(7));
+        let chunks = data(&text);
+        // Three updates: 3, 6, then 9 words, which passes 7 and is kept whole; then the
+        // gateway's finish.
+        assert_eq!(chunks.len(), 4, "{text}");
+        assert_eq!(chunks[3]["choices"][0]["finish_reason"], "length");
+        assert_eq!(chunks[3]["model"], "m");
+        assert!(relay.at_bound());
+        assert_eq!(words(relay.texts()), 9);
+        // Within its bound, nothing is stopped.
+        let (text, relay) = relayed(&[up.as_bytes()], Some(30));
+        assert_eq!(data(&text).len(), 10);
+        assert!(!relay.at_bound() && !relay.finished());
+    }
+
+    #[test]
+    fn an_upstreams_error_ends_the_answer_as_the_general_path_ends_it() {
+        let up = concat!(
+            r#"data: {"id":"u","model":"up","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#,
+            "\n\n",
+            r#"data: {"error":{"message":"overloaded","type":"server_error"}}"#,
+            "\n\n"
+        );
+        let (text, mut relay) = relayed(&[up.as_bytes()], None);
+        assert_eq!(
+            data(&text).len(),
+            1,
+            "the error is the tail's to say: {text}"
+        );
+        let mut tail = Vec::new();
+        let (end, answer) = relay.end(None, Tail::default(), &mut tail);
+        let tail = String::from_utf8(tail).unwrap();
+        let events: Vec<&str> = tail.split_terminator("\n\n").collect();
+        assert_eq!(events.len(), 3, "{tail}");
+        let failed: serde_json::Value =
+            serde_json::from_str(events[0].strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(failed["choices"][0]["finish_reason"], "error");
+        assert!(end.why().unwrap().contains("overloaded"), "{end}");
+        assert!(events[1].contains("\"error\"") && events[1].contains("overloaded"));
+        assert_eq!(events[2], "data: [DONE]");
+        assert!(answer.failure().is_some());
+        // A failure after the finish is not one: the choice had finished.
+        let (_, mut relay) = relayed(&[UP.as_bytes()], None);
+        relay.failed("closed".into(), None);
+        let (end, _) = relay.end(None, Tail::default(), &mut Vec::new());
+        assert_eq!(end, OutputEnd::Finished("stop".into()));
+    }
+}

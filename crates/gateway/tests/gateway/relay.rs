@@ -1,0 +1,116 @@
+//! The pass-through path over real sockets: a streamed Chat request of one choice to Chat
+//! upstreams is answered with its upstream's own chunks (what the gateway does not read,
+//! a vendor's fields, passes), under the gateway's id and model; the usage, a failure and
+//! the tries read as on the general path.
+
+use choicewise_testserver::TestServer;
+use serde_json::{Value, json};
+
+use crate::common::{metrics_with, no_env, post_chat, serve, sse_data, upstream_toml};
+
+/// An upstream's answer with fields the gateway does not read, in the chunk and in the
+/// choice, then its usage.
+const VENDOR: &str = concat!(
+    r#"data: {"id":"up-1","object":"chat.completion.chunk","created":1,"model":"up","system_fingerprint":"fp_1","provider":{"region":"eu"},"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null,"x_vendor":{"cached":true}}]}"#,
+    "\n\n",
+    r#"data: {"id":"up-1","object":"chat.completion.chunk","created":1,"model":"up","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}]}"#,
+    "\n\n",
+    r#"data: {"id":"up-1","object":"chat.completion.chunk","created":1,"model":"up","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}"#,
+    "\n\ndata: [DONE]\n\n",
+);
+
+fn toml(url: &str) -> String {
+    format!(
+        "[[models]]\nname = \"m\"\n{}",
+        upstream_toml("chat", url, "")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_chat_request_of_one_choice_is_its_upstreams_own_chunks() {
+    let upstream = TestServer::builder().body(VENDOR).start().await.unwrap();
+    let (addr, _) = serve(&toml(&upstream.base_url()), no_env).await;
+    for include_usage in [false, true] {
+        let body = json!({"model": "m", "stream": true,
+            "stream_options": {"include_usage": include_usage},
+            "messages": [{"role": "user", "content": "hi"}]});
+        let r = post_chat(addr, &body).await;
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        let (chunks, done) = sse_data(&text);
+        assert!(done, "{text}");
+        let id = chunks[0]["id"].as_str().unwrap();
+        assert!(
+            id.starts_with("chatcmpl-cw"),
+            "the gateway's own id: {text}"
+        );
+        for chunk in &chunks {
+            assert_eq!((&chunk["id"], &chunk["model"]), (&json!(id), &json!("m")));
+        }
+        // What the gateway does not read passes as the upstream sent it.
+        assert_eq!(chunks[0]["system_fingerprint"], "fp_1", "{text}");
+        assert_eq!(chunks[0]["provider"]["region"], "eu");
+        assert_eq!(chunks[0]["choices"][0]["x_vendor"]["cached"], true);
+        assert_eq!(chunks[1]["choices"][0]["finish_reason"], "stop");
+        // The usage: only when asked, the general path's object (its `choicewise` parts).
+        let usage: Vec<&Value> = chunks
+            .iter()
+            .map(|c| &c["usage"])
+            .filter(|u| !u.is_null())
+            .collect();
+        match include_usage {
+            false => assert!(usage.is_empty(), "{text}"),
+            true => {
+                assert_eq!(usage.len(), 1, "{text}");
+                assert_eq!(usage[0]["completion_tokens"], 2);
+                assert_eq!(usage[0]["prompt_tokens"], 7);
+                assert_eq!(usage[0]["choicewise"]["estimated"], false);
+            }
+        }
+    }
+    // The record counts the tokens the upstream reported, as the general path does.
+    metrics_with(
+        addr,
+        &["choicewise_tokens_total{model=\"m\",upstream=\"chat:up@127.0.0.1:"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_answer_that_fails_upstream_ends_as_the_general_path_ends_it() {
+    let failing = concat!(
+        r#"data: {"id":"u","object":"chat.completion.chunk","model":"up","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}]}"#,
+        "\n\n",
+        r#"data: {"error":{"message":"the model overloaded","type":"server_error"}}"#,
+        "\n\n",
+    );
+    let upstream = TestServer::builder().body(failing).start().await.unwrap();
+    let (addr, _) = serve(&toml(&upstream.base_url()), no_env).await;
+    let mut answers = Vec::new();
+    // One choice relayed; two, on the general path: each its choice's failure, then the
+    // error event, then `[DONE]`.
+    for n in [1, 2] {
+        let body = json!({"model": "m", "stream": true, "n": n,
+            "messages": [{"role": "user", "content": "hi"}]});
+        let r = post_chat(addr, &body).await;
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        let (chunks, done) = sse_data(&text);
+        assert!(done, "{text}");
+        let last = chunks.last().unwrap();
+        assert!(
+            last["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("the model overloaded"),
+            "{text}"
+        );
+        let failed = (chunks.iter())
+            .filter(|c| c["choices"][0]["finish_reason"] == "error")
+            .count();
+        assert_eq!(failed, n, "{text}");
+        answers.push((last["error"]["type"].clone(), last["error"]["code"].clone()));
+    }
+    assert_eq!(answers[0], answers[1], "the same error on both paths");
+    assert_eq!(answers[0].1, "every_choice_failed");
+}
