@@ -526,9 +526,11 @@ async fn a_vote_no_key_wins_answers_the_first_finished_sample() {
     // Three different calls: no key has 2 votes. The sample written at once finishes first
     // and is the answer, 200, the vote saying it did not decide; the other two trickle in
     // (their first bytes come at once: the gateway waits for every sample's first byte).
+    // Writes of 8 to 16 bytes up to 40 ms apart: the slow ones end a second or more after
+    // the one written at once, whatever the machine's load.
     let slowly = |b: TestServerBuilder| {
         b.random_writes(8, 16)
-            .max_write_delay(Duration::from_millis(100))
+            .max_write_delay(Duration::from_millis(40))
     };
     let (addr, _server) = vote_model(
         slowly(TestServer::builder().body(tool_call_answer("read", r#"{"path": "a.rs"}"#)))
