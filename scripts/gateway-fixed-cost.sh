@@ -18,7 +18,9 @@
 # Needs h2load (Debian's nghttp2-client), strace and python3. REQUESTS (default 20000),
 # ROUNDS (default 3), HARNESS (default target/release/choicewise-bench), CONNECTIONS (50).
 # The upstream reports its usage when asked, as model servers do; NO_USAGE=1 makes it report
-# none, so that the gateway counts every request's tokens itself (its estimate).
+# none, so that the gateway counts every request's tokens itself (its estimate). N (default 1)
+# is the request's `n`: one choice is the pass-through path (docs/gateway.md), N=3 the general
+# path (native `n`, no pick).
 set -euo pipefail
 
 bin=${1:?usage: $0 CHOICEWISE_BINARY}
@@ -110,9 +112,9 @@ relay_pid=$!
 pids+=($relay_pid)
 relay=$(address "$work/relay.log")
 
-python3 - "$work/body.json" <<'PY'
+python3 - "$work/body.json" "${N:-1}" <<'PY'
 import json, sys
-open(sys.argv[1], "w").write(json.dumps({"model": "native", "n": 1, "stream": True,
+open(sys.argv[1], "w").write(json.dumps({"model": "native", "n": int(sys.argv[2]), "stream": True,
     "messages": [{"role": "user", "content": "cwbench tag=0 ticks=16 spread=0 first_us=0 "
                   "interval_us=0 stamp=0 fault=none tick_writes=0"}]}))
 PY

@@ -6,7 +6,7 @@
 //! straight into a buffer (no JSON tree per event), its keys in sorted order as a
 //! `serde_json::Value` of the same element would write them; an [`Envelope`] holds what every
 //! chunk of one answer repeats (its id, time and model). A relay that passes an upstream's
-//! chunks on reads each one's facts with [`chunk_facts`], a scan rather than a parse.
+//! chunks on reads each one's facts with a [`ChunkScanner`], a scan rather than a parse.
 //!
 //! ```
 //! use choicewise_proto::ChoiceEvent;
@@ -24,7 +24,7 @@
 
 use std::sync::Arc;
 
-pub use crate::relay::{ChoiceFacts, ChunkFacts, chunk_facts};
+pub use crate::relay::{ChoiceFacts, ChunkFacts, ChunkScanner};
 use crate::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};

@@ -6,67 +6,121 @@
 
 use std::ops::Range;
 
-use crate::scan::{Head, scan};
+use crate::scan::{Head, Scanned, scan};
 
-/// Where one chunk's facts are: byte ranges of its data (see [`chunk_facts`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub use crate::scan::ScannedChoice as ChoiceFacts;
+
+/// Where one chunk's facts are: byte ranges of its data (see [`ChunkScanner`]).
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct ChunkFacts {
+    scanned: Scanned,
+}
+
+impl ChunkFacts {
     /// The value of `id` (its quotes included), if the chunk has one.
-    pub id: Option<Range<usize>>,
+    pub fn id(&self) -> Option<Range<usize>> {
+        self.scanned.id.clone()
+    }
+
     /// The value of `model`.
-    pub model: Option<Range<usize>>,
+    pub fn model(&self) -> Option<Range<usize>> {
+        self.scanned.model.clone()
+    }
+
     /// The value of `created`.
-    pub created: Option<Range<usize>>,
+    pub fn created(&self) -> Option<Range<usize>> {
+        self.scanned.created.clone()
+    }
+
     /// The value of `usage`.
-    pub usage: Option<Range<usize>>,
+    pub fn usage(&self) -> Option<Range<usize>> {
+        self.scanned.usage.clone()
+    }
+
     /// The value of `error`.
-    pub error: Option<Range<usize>>,
+    pub fn error(&self) -> Option<Range<usize>> {
+        self.scanned.error.clone()
+    }
+
     /// Each element of `choices`, in order.
-    pub choices: Vec<ChoiceFacts>,
+    pub fn choices(&self) -> &[ChoiceFacts] {
+        &self.scanned.choices
+    }
 }
 
-/// One element of a chunk's `choices`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChoiceFacts {
-    /// The element, its braces included.
-    pub range: Range<usize>,
-    /// Its `index` (absent or `null`: `None`).
-    pub index: Option<i64>,
-    /// Its `finish_reason` is a non-empty string.
-    pub finishes: bool,
-}
-
-/// Scans one chunk's data (an event's `data`, a JSON object) for its facts; `None` when the
-/// scan cannot vouch for it (a key with escapes, a duplicate key, a field of an unexpected
-/// type, invalid JSON outside the choices, nesting past 128 levels): such a chunk is for a
-/// parser to read. The choices' contents are walked, not checked.
+/// Scans the chunks of one stream for their facts ([`ChunkFacts`]). The chunks of a stream
+/// repeat their head (`id`, `object`, `created`, `model`), so a chunk that starts with the
+/// last one's head bytes is scanned from its choices, its head's fields where they were in
+/// the chunk that had them; the facts' vector of choices is reused from chunk to chunk.
 ///
 /// ```
-/// use choicewise_proto::chunks::chunk_facts;
+/// use choicewise_proto::chunks::ChunkScanner;
+/// let mut scanner = ChunkScanner::new();
 /// let data = r#"{"id":"c1","model":"m","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}"#;
-/// let facts = chunk_facts(data).unwrap();
-/// assert_eq!(&data[facts.model.clone().unwrap()], "\"m\"");
-/// assert_eq!(facts.choices.len(), 1);
-/// assert!(facts.choices[0].finishes);
-/// assert!(chunk_facts("{\"a\":").is_none());
+/// let facts = scanner.scan(data).unwrap();
+/// assert_eq!(&data[facts.model().unwrap()], "\"m\"");
+/// assert!(facts.choices()[0].finishes);
+/// assert!(scanner.scan("{\"a\":").is_none());
 /// ```
-pub fn chunk_facts(data: &str) -> Option<ChunkFacts> {
-    // A head of its own: every chunk's fields are found, none left out as repeated.
-    let scanned = scan(data, Vec::new(), &mut Head::default())?;
-    Some(ChunkFacts {
-        id: scanned.id,
-        model: scanned.model,
-        created: scanned.created,
-        usage: scanned.usage,
-        error: scanned.error,
-        choices: (scanned.choices.into_iter())
-            .map(|c| ChoiceFacts {
-                range: c.range,
-                index: c.index,
-                finishes: c.finishes,
-            })
-            .collect(),
-    })
+#[derive(Debug, Default)]
+pub struct ChunkScanner {
+    head: Head,
+    /// The head's `id`, `model` and `created`, where the chunk that set it had them.
+    in_head: [Option<Range<usize>>; 3],
+    facts: ChunkFacts,
+}
+
+impl ChunkScanner {
+    /// A scanner that has seen no chunk.
+    pub fn new() -> Self {
+        ChunkScanner::default()
+    }
+
+    /// Scans one chunk's data (an event's `data`, a JSON object) for its facts; `None` when
+    /// the scan cannot vouch for it (a key with escapes, a duplicate key, a field of an
+    /// unexpected type, invalid JSON outside the choices, nesting past 128 levels): such a
+    /// chunk is for a parser to read. The choices' contents are walked, not checked.
+    pub fn scan(&mut self, data: &str) -> Option<&ChunkFacts> {
+        let repeated = self.head.repeats(data.as_bytes());
+        let reuse = std::mem::take(&mut self.facts.scanned.choices);
+        let Some(scanned) = scan(data, reuse, &mut self.head) else {
+            // The scan may have remembered this chunk's head before it gave up: forgotten,
+            // with the places of its fields, which were not read.
+            self.head = Head::default();
+            return None;
+        };
+        self.facts.scanned = scanned;
+        let s = &mut self.facts.scanned;
+        let fields = [&mut s.id, &mut s.model, &mut s.created];
+        if repeated {
+            // The same bytes up to the choices: the same fields there at the same places
+            // (those after the choices were scanned).
+            for (field, in_head) in fields.into_iter().zip(&self.in_head) {
+                if field.is_none() {
+                    field.clone_from(in_head);
+                }
+            }
+        } else if self.head.repeats(data.as_bytes()) {
+            // This chunk's head is remembered: the fields in it are the next ones'.
+            let head = self.head.len();
+            for (field, in_head) in fields.into_iter().zip(&mut self.in_head) {
+                *in_head = field.clone().filter(|r| r.end <= head);
+            }
+        }
+        Some(&self.facts)
+    }
+
+    /// The facts of the last chunk [`scan`](Self::scan) vouched for.
+    ///
+    /// ```
+    /// use choicewise_proto::chunks::ChunkScanner;
+    /// let mut scanner = ChunkScanner::new();
+    /// assert!(scanner.scan(r#"{"choices":[{"index":2}]}"#).is_some());
+    /// assert_eq!(scanner.facts().choices()[0].index, Some(2));
+    /// ```
+    pub fn facts(&self) -> &ChunkFacts {
+        &self.facts
+    }
 }
 
 #[cfg(test)]
@@ -76,29 +130,79 @@ mod tests {
     #[test]
     fn every_chunk_names_its_fields_and_its_choices() {
         let data = r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":"a"}},{"index":1,"delta":{},"finish_reason":"length"}],"usage":{"prompt_tokens":3}}"#;
-        for _ in 0..2 {
-            // The same chunk twice: nothing is left out as a repeated head.
-            let facts = chunk_facts(data).unwrap();
-            assert_eq!(&data[facts.id.clone().unwrap()], "\"c1\"");
-            assert_eq!(&data[facts.created.clone().unwrap()], "7");
-            assert_eq!(
-                &data[facts.usage.clone().unwrap()],
-                r#"{"prompt_tokens":3}"#
-            );
-            let indexes: Vec<_> = facts.choices.iter().map(|c| c.index).collect();
+        let other = r#"{"id":"c2","model":"n","choices":[]}"#;
+        let mut scanner = ChunkScanner::new();
+        for data in [data, data, other, data, data] {
+            // Repeated or not, every chunk's own fields are found.
+            let facts = scanner.scan(data).unwrap();
+            let id = &data[facts.id().unwrap()];
+            assert!(id == "\"c1\"" || id == "\"c2\"", "{id}");
+            assert_eq!(data[facts.model().unwrap()].len(), 3);
+            if data == other {
+                assert!(facts.choices().is_empty() && facts.created().is_none());
+                continue;
+            }
+            assert_eq!(&data[facts.created().unwrap()], "7");
+            assert_eq!(&data[facts.usage().unwrap()], r#"{"prompt_tokens":3}"#);
+            let indexes: Vec<_> = facts.choices().iter().map(|c| c.index).collect();
             assert_eq!(indexes, [Some(0), Some(1)]);
             assert_eq!(
-                &data[facts.choices[0].range.clone()],
+                &data[facts.choices()[0].range.clone()],
                 r#"{"index":0,"delta":{"content":"a"}}"#
             );
-            assert!(!facts.choices[0].finishes && facts.choices[1].finishes);
+            assert!(!facts.choices()[0].finishes && facts.choices()[1].finishes);
         }
-        let error = chunk_facts(r#"{"error":{"message":"boom"}}"#).unwrap();
-        assert!(error.error.is_some() && error.choices.is_empty());
-        assert_eq!(
-            chunk_facts(r#"{"id":1,"choices":[]}"#),
-            None,
-            "an id must be a string"
-        );
+        let error = scanner.scan(r#"{"error":{"message":"boom"}}"#).unwrap();
+        assert!(error.error().is_some() && error.choices().is_empty());
+        let not = scanner.scan(r#"{"id":1,"choices":[]}"#);
+        assert!(not.is_none(), "an id must be a string");
+    }
+
+    #[test]
+    fn a_chunk_the_scan_gives_up_on_leaves_no_head_behind() {
+        // Its head is read before its choices, where the scan gives up (a key with an
+        // escape): the next chunk that repeats that head has its own fields' places.
+        let given_up = r#"{"id":"a","model":"m","choices":[{"index":0}],"u\u0073age":{}}"#;
+        let next = r#"{"id":"a","model":"m","choices":[{"index":0}],"xxxxxxxxxx":1}"#;
+        let mut scanner = ChunkScanner::new();
+        assert!(scanner.scan(next).is_some());
+        assert!(scanner.scan(given_up).is_none());
+        let facts = scanner.scan(next).unwrap();
+        assert_eq!(&next[facts.model().unwrap()], "\"m\"");
+        assert_eq!(&next[facts.id().unwrap()], "\"a\"");
+    }
+
+    #[test]
+    fn fields_after_the_choices_are_each_chunks_own() {
+        // Keys in sorted order (a `serde_json::Value` written): the head is `{"choices":`,
+        // and the fields after the choices move with their length.
+        let chunks = [
+            r#"{"choices":[{"index":0,"delta":{"content":"a"}}],"created":1,"id":"c","model":"m"}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"longer"}}],"created":1,"id":"c","model":"m"}"#,
+            r#"{"choices":[],"id":"c","model":"m"}"#,
+        ];
+        let mut scanner = ChunkScanner::new();
+        for data in chunks {
+            let facts = scanner.scan(data).unwrap();
+            assert_eq!(&data[facts.id().unwrap()], "\"c\"", "{data}");
+            assert_eq!(&data[facts.model().unwrap()], "\"m\"", "{data}");
+            let created = facts.created().map(|r| &data[r]);
+            assert_eq!(created, data.contains("created").then_some("1"), "{data}");
+        }
+    }
+
+    #[test]
+    fn a_head_with_usage_is_not_taken_for_the_next_chunks() {
+        // A head holding `usage` is not remembered: the head before it stays, with its own
+        // fields' places.
+        let plain = r#"{"id":"a","model":"m","choices":[{"index":0}]}"#;
+        let with_usage = r#"{"id":"bb","usage":{"x":1},"model":"mm","choices":[]}"#;
+        let mut scanner = ChunkScanner::new();
+        for data in [plain, with_usage, plain] {
+            let facts = scanner.scan(data).unwrap();
+            let model = &data[facts.model().unwrap()];
+            assert!(model == "\"m\"" || model == "\"mm\"", "{data}: {model}");
+            assert_eq!(model.len(), if data == plain { 3 } else { 4 });
+        }
     }
 }

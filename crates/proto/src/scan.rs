@@ -34,9 +34,10 @@ pub(crate) struct Scanned {
     pub choices: Vec<ScannedChoice>,
 }
 
-/// One element of `choices`.
+/// One element of a chunk's `choices`, as the scan found it (a relay's
+/// [`ChoiceFacts`](crate::chunks::ChoiceFacts)).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ScannedChoice {
+pub struct ScannedChoice {
     /// The element, braces included.
     pub range: Range<usize>,
     /// Its `index` (absent or `null`: `None`).
@@ -70,6 +71,17 @@ pub(crate) struct Head {
 }
 
 impl Head {
+    /// Whether a chunk of these bytes starts with the head: its scan starts at its choices,
+    /// its head's fields left out.
+    pub(crate) fn repeats(&self, chunk: &[u8]) -> bool {
+        !self.bytes.is_empty() && chunk.starts_with(&self.bytes)
+    }
+
+    /// Its length in bytes (up to the value of `choices`).
+    pub(crate) fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// Remembers `head` (the bytes up to the value of `choices`) holding `seen`.
     fn remember(&mut self, head: &[u8], seen: u8) {
         if head.len() <= MAX_HEAD && seen & !Field::INERT == 0 {

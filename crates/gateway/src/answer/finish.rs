@@ -62,6 +62,8 @@ struct State {
 /// ```text
 /// Reading ──refused(e)──▶ Refused { code, status }
 ///    │
+///    ├──relayed(settled, ended)──▶ Done   (a relayed answer: `api::chat::relay`)
+///    │
 ///    └──started(run)──▶ Running { run, outputs, settled, ended }
 ///                          picked: its outputs; settle/settled: what it came to;
 ///                          answered(verdict) or fail(why): how it ended

@@ -141,8 +141,13 @@ pub(crate) fn respond(finish: Finish, relayed: Relayed) -> Response {
                             }
                             yield Ok::<_, std::convert::Infallible>(Bytes::from(write));
                         }
-                        if fed == Fed::Over {
-                            break;
+                        match fed {
+                            Fed::More => {}
+                            Fed::Over => break,
+                            Fed::Done => {
+                                drain(std::mem::replace(&mut reads, futures::stream::empty().boxed()), wait);
+                                break;
+                            }
                         }
                     }
                     Ok(Some(Err(e))) => {
@@ -187,6 +192,28 @@ pub(crate) fn respond(finish: Finish, relayed: Relayed) -> Response {
     sse_response(body)
 }
 
+/// The rest of an upstream's body after its `[DONE]` (its end, most often already read),
+/// read so that its connection goes back to the pool; nothing of it is relayed. What has
+/// not come yet is read by a task of its own, for at most `wait`, so that the answer's
+/// tail does not wait for it.
+fn drain(mut reads: futures::stream::BoxStream<'static, ReadResult>, wait: Duration) {
+    use futures::FutureExt;
+    loop {
+        match reads.next().now_or_never() {
+            Some(Some(Ok(_))) => continue,
+            Some(_) => return,
+            None => break,
+        }
+    }
+    tokio::spawn(async move {
+        let rest = async { while let Some(Ok(_)) = reads.next().await {} };
+        let _ = tokio::time::timeout(wait, rest).await;
+    });
+}
+
+/// One read of an upstream's answer.
+type ReadResult = Result<Bytes, crate::upstream::pace::BoxError>;
+
 /// A relayed answer's record, until it is settled: made with what the relay learned when
 /// the answer ends, or when its client goes away (its drop).
 struct Relaying {
@@ -205,7 +232,7 @@ struct Relaying {
 impl Relaying {
     /// The tokens of the prompt and of the output, counted as the general path estimates
     /// an upstream that reports none (off the workers when large).
-    async fn estimate(&self) -> (u64, u64) {
+    async fn estimate(&mut self) -> (u64, u64) {
         let (encoding, fields) = (self.encoding, self.prompt.clone());
         let count = move || {
             let fields = fields.iter().map(|(k, v)| (k.as_str(), &v[..]));
@@ -220,7 +247,7 @@ impl Relaying {
     }
 
     /// The output's tokens, counted.
-    fn completion(&self) -> u64 {
+    fn completion(&mut self) -> u64 {
         choicewise_usage::count_text(self.encoding, self.relay.texts())
     }
 
@@ -252,7 +279,7 @@ impl Relaying {
     }
 
     /// What the relayed request came to, its one sample ended so (`finish`).
-    fn outcome(&self, finish: SampleEnded, estimated: Option<(u64, u64)>) -> Outcome {
+    fn outcome(&mut self, finish: SampleEnded, estimated: Option<(u64, u64)>) -> Outcome {
         let (prompt, completion, estimated) = match (self.relay.reported(), estimated) {
             (Some(r), _) => (r.prompt, r.completion, false),
             (None, Some((prompt, completion))) => (prompt, completion, true),

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::ops::{ControlFlow, Range};
 
 use choicewise_core::chunks::Envelope;
-use choicewise_core::chunks::{ChunkFacts, chunk_facts};
+use choicewise_core::chunks::{ChunkFacts, ChunkScanner};
 use choicewise_core::input::TokenBound;
 use choicewise_core::{ChoiceEvent, Error, ErrorDetail, UpstreamError};
 use choicewise_sse::Framer;
@@ -117,7 +117,9 @@ impl Bound {
 pub(crate) enum Fed {
     /// More may come.
     More,
-    /// The answer is over upstream (`[DONE]`, an error, the bound passed): read no more.
+    /// The upstream said `[DONE]`: what it sends after it (its body's end) is not relayed.
+    Done,
+    /// The answer is over (an error, the bound passed): read no more.
     Over,
 }
 
@@ -125,6 +127,7 @@ pub(crate) enum Fed {
 /// and what it learned on the way.
 pub(crate) struct ChatRelay {
     framer: Framer,
+    scanner: ChunkScanner,
     state: State,
 }
 
@@ -136,8 +139,11 @@ struct State {
     model: Vec<u8>,
     created: Vec<u8>,
     bound: Option<Bound>,
-    /// The output's texts so far (its tokens' estimate when the upstream reports none).
+    /// The output's texts so far, when a bound counts them as they come.
     texts: String,
+    /// Without a bound, the choice's elements as they came, one after the other: their
+    /// texts are read only if the upstream reports no usage (its estimate).
+    elements: Vec<u8>,
     finish: Option<String>,
     /// The finish was the gateway's, at the bound of tokens.
     at_bound: bool,
@@ -148,6 +154,8 @@ struct State {
     /// Updates of the choice after its finish, left out.
     after_finish: usize,
     over: bool,
+    /// `[DONE]` came.
+    done: bool,
     /// Bytes fed so far.
     offset: u64,
 }
@@ -168,6 +176,7 @@ impl ChatRelay {
         let json = |s: &str| serde_json::to_vec(s).unwrap_or_default();
         ChatRelay {
             framer: Framer::with_max_event_size(max_event_size),
+            scanner: ChunkScanner::new(),
             state: State {
                 framing,
                 id: json(&envelope.id),
@@ -180,6 +189,7 @@ impl ChatRelay {
                     counting: false,
                 }),
                 texts: String::new(),
+                elements: Vec::new(),
                 finish: None,
                 at_bound: false,
                 reported: None,
@@ -187,6 +197,7 @@ impl ChatRelay {
                 response_model: None,
                 after_finish: 0,
                 over: false,
+                done: false,
                 offset: 0,
             },
         }
@@ -195,18 +206,22 @@ impl ChatRelay {
     /// Relays one read of the upstream's bytes: every whole event in it, passed on into
     /// `write`.
     pub(crate) fn feed(&mut self, bytes: &[u8], write: &mut Vec<u8>) -> Fed {
-        let ChatRelay { framer, state } = self;
-        if state.over {
-            return Fed::Over;
+        let ChatRelay {
+            framer,
+            scanner,
+            state,
+        } = self;
+        if !state.over {
+            let fed = framer.feed(bytes, |e| state.event(scanner, e.data, e.line, write));
+            state.offset += bytes.len() as u64;
+            if let Err(e) = fed {
+                state.fail(Error::from(ErrorDetail::Sse(e)));
+            }
         }
-        let fed = framer.feed(bytes, |event| state.event(event.data, event.line, write));
-        state.offset += bytes.len() as u64;
-        if let Err(e) = fed {
-            state.fail(Error::from(ErrorDetail::Sse(e)));
-        }
-        match state.over {
-            true => Fed::Over,
-            false => Fed::More,
+        match (state.over, state.done) {
+            (false, _) => Fed::More,
+            (true, true) => Fed::Done,
+            (true, false) => Fed::Over,
         }
     }
 
@@ -262,9 +277,17 @@ impl ChatRelay {
         self.state.reported
     }
 
-    /// The output's texts (its tokens' estimate when none were reported).
-    pub(crate) fn texts(&self) -> &str {
-        &self.state.texts
+    /// The output's texts (its tokens' estimate when none were reported): those counted
+    /// against its bound, or read now from its elements.
+    pub(crate) fn texts(&mut self) -> &str {
+        let state = &mut self.state;
+        let elements = std::mem::take(&mut state.elements);
+        let choices = serde_json::Deserializer::from_slice(&elements).into_iter::<Choice>();
+        // Read as far as they parse: an element that does not is the client's as it came.
+        for choice in choices.map_while(Result::ok) {
+            state.take(&choice);
+        }
+        &state.texts
     }
 
     /// Whether the gateway finished the choice at its bound of tokens.
@@ -285,6 +308,16 @@ impl ChatRelay {
 }
 
 impl State {
+    /// The event at `line` is not a chunk: `message` says why.
+    fn fail_json(&mut self, line: u64, message: String) {
+        let offset = self.offset;
+        self.fail(Error::from(ErrorDetail::Json {
+            line,
+            offset,
+            message,
+        }));
+    }
+
     /// The answer failed upstream with `error`, unless its choice had finished.
     fn fail(&mut self, error: Error) {
         if self.finish.is_none() && self.failure.is_none() {
@@ -293,42 +326,48 @@ impl State {
         self.over = true;
     }
 
-    /// One event's `data` (at `line`): relayed, or what it says taken.
-    fn event(&mut self, data: &str, line: u64, write: &mut Vec<u8>) -> ControlFlow<()> {
+    /// One event's `data` (at `line`), its facts found by `scanner`: relayed, or what it
+    /// says taken.
+    fn event(
+        &mut self,
+        scanner: &mut ChunkScanner,
+        data: &str,
+        line: u64,
+        write: &mut Vec<u8>,
+    ) -> ControlFlow<()> {
         if self.over {
             return ControlFlow::Break(());
         }
         let data = data.trim();
         if data == "[DONE]" {
-            self.over = true;
+            (self.over, self.done) = (true, true);
             return ControlFlow::Break(());
         }
         if data.is_empty() {
             return ControlFlow::Continue(());
         }
         let normalised;
-        let (data, facts) = match chunk_facts(data) {
-            Some(facts) => (data, facts),
+        let data = match scanner.scan(data) {
+            Some(_) => data,
             // A chunk the scan cannot vouch for: parsed, written again, then scanned.
             None => match normalise(data) {
-                Ok((text, facts)) => {
+                Ok(text) if scanner.scan(&text).is_some() => {
                     normalised = text;
-                    (normalised.as_str(), facts)
+                    &normalised
+                }
+                Ok(_) => {
+                    self.fail_json(line, "a chunk of an unexpected shape".into());
+                    return ControlFlow::Break(());
                 }
                 Err(message) => {
-                    let offset = self.offset;
-                    self.fail(Error::from(ErrorDetail::Json {
-                        line,
-                        offset,
-                        message,
-                    }));
+                    self.fail_json(line, message);
                     return ControlFlow::Break(());
                 }
             },
         };
-        if let Some(error) = &facts.error {
-            let value: serde_json::Value =
-                serde_json::from_str(&data[error.clone()]).unwrap_or_default();
+        let facts = scanner.facts();
+        if let Some(error) = facts.error() {
+            let value: serde_json::Value = serde_json::from_str(&data[error]).unwrap_or_default();
             let wrapped = serde_json::json!({ "error": value });
             let error = UpstreamError::from_value(&wrapped, line);
             self.fail(Error::from(ErrorDetail::Upstream(std::sync::Arc::new(
@@ -337,12 +376,12 @@ impl State {
             return ControlFlow::Break(());
         }
         if self.response_model.is_none()
-            && let Some(model) = &facts.model
+            && let Some(model) = facts.model()
         {
-            self.response_model = serde_json::from_str(&data[model.clone()]).ok();
+            self.response_model = serde_json::from_str(&data[model]).ok();
         }
-        if let Some(usage) = &facts.usage
-            && let Ok(usage) = serde_json::from_str::<Option<Usage>>(&data[usage.clone()])
+        if let Some(usage) = facts.usage()
+            && let Ok(usage) = serde_json::from_str::<Option<Usage>>(&data[usage])
             && let Some(Usage {
                 prompt_tokens,
                 completion_tokens,
@@ -354,15 +393,24 @@ impl State {
             });
         }
         let (mut passes, mut skipped) = (false, 0);
-        for choice in &facts.choices {
+        for choice in facts.choices() {
             if self.finish.is_some() {
                 // As the general path: the choice is what it was at its finish.
                 self.after_finish += 1;
                 skipped += 1;
                 continue;
             }
-            let text = &data[choice.range.clone()];
-            let choice: Choice = match serde_json::from_str(text) {
+            let element = &data[choice.range.clone()];
+            // Without a bound, an element is kept as it came and parsed only for its
+            // finish (and, at the end, for its texts if the upstream reports no usage).
+            let counted = self.bound.is_some();
+            if !counted {
+                self.elements.extend_from_slice(element.as_bytes());
+                if !choice.finishes {
+                    continue;
+                }
+            }
+            let choice: Choice = match serde_json::from_str(element) {
                 Ok(choice) => choice,
                 Err(e) => {
                     let offset = self.offset;
@@ -375,19 +423,21 @@ impl State {
                     return ControlFlow::Break(());
                 }
             };
-            passes |= self.take(&choice);
+            if counted {
+                passes |= self.take(&choice);
+            }
             if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
                 self.finish = Some(reason.into_owned());
             }
         }
-        let shown = match facts.choices.is_empty() {
+        let shown = match facts.choices().is_empty() {
             // A chunk of its usage alone is not passed on: the answer's usage, when the
             // client asked for it, is the gateway's (its `choicewise` parts), in its tail.
-            true => facts.usage.is_none(),
-            false => skipped < facts.choices.len(),
+            true => facts.usage().is_none(),
+            false => skipped < facts.choices().len(),
         };
         if shown {
-            self.write(data, &facts, write);
+            self.write(data, facts, write);
         }
         if passes && self.finish.is_none() {
             // Past its bound of tokens: finished there, as the general path finishes it.
@@ -438,38 +488,39 @@ impl State {
 
     /// Writes the chunk `data` as its event, its `id`, `model` and `created` the answer's.
     fn write(&self, data: &str, facts: &ChunkFacts, write: &mut Vec<u8>) {
-        let mut spans: Vec<(&Range<usize>, &[u8])> = Vec::with_capacity(3);
-        for (range, with) in [
-            (&facts.id, &self.id),
-            (&facts.model, &self.model),
-            (&facts.created, &self.created),
-        ] {
-            if let Some(range) = range {
-                spans.push((range, with));
-            }
-        }
-        spans.sort_by_key(|(range, _)| range.start);
+        let mut spans: [(Option<Range<usize>>, &[u8]); 3] = [
+            (facts.id(), &self.id),
+            (facts.model(), &self.model),
+            (facts.created(), &self.created),
+        ];
+        spans.sort_by_key(|(range, _)| range.as_ref().map_or(0, |r| r.start));
+        let spans = spans.into_iter().filter_map(|(r, with)| Some((r?, with)));
         write.reserve(data.len() + 64);
         write.extend_from_slice(b"data: ");
         let mut at = 0;
+        let bytes = data.as_bytes();
         for (range, with) in spans {
-            write.extend_from_slice(&data.as_bytes()[at..range.start]);
-            write.extend_from_slice(with);
-            at = range.end;
+            // The scan's places, never trusted to index: one that did not fit would be
+            // left as the upstream wrote it.
+            if let Some(before) = bytes.get(at..range.start)
+                && range.end <= bytes.len()
+            {
+                write.extend_from_slice(before);
+                write.extend_from_slice(with);
+                at = range.end;
+            }
         }
-        write.extend_from_slice(&data.as_bytes()[at..]);
+        write.extend_from_slice(bytes.get(at..).unwrap_or_default());
         write.extend_from_slice(b"\n\n");
     }
 }
 
 /// A chunk the scan could not vouch for, parsed and written again (compact, its keys as
-/// they came), then scanned; or why it is not a chunk.
-fn normalise(data: &str) -> Result<(String, ChunkFacts), String> {
+/// they came), for the scan; or why it is not a chunk.
+fn normalise(data: &str) -> Result<String, String> {
     let value: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(data).map_err(|e| e.to_string())?;
-    let text = serde_json::to_string(&value).map_err(|e| e.to_string())?;
-    let facts = chunk_facts(&text).ok_or("a chunk of an unexpected shape")?;
-    Ok((text, facts))
+    serde_json::to_string(&value).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -505,7 +556,7 @@ mod tests {
         let mut relay = ChatRelay::new(&envelope(), (false, false), bound, 1 << 20);
         let mut write = Vec::new();
         for read in reads {
-            if relay.feed(read, &mut write) == Fed::Over {
+            if relay.feed(read, &mut write) != Fed::More {
                 break;
             }
         }
@@ -520,7 +571,7 @@ mod tests {
 
     #[test]
     fn chunks_pass_as_they_came_under_the_answers_own_id_and_model() {
-        let (text, relay) = relayed(&[UP.as_bytes()], None);
+        let (text, mut relay) = relayed(&[UP.as_bytes()], None);
         let chunks = data(&text);
         // The finish's chunk is the last: what came after it for the choice is left out,
         // the usage alone is the tail's, and `[DONE]` is the gateway's to write.
@@ -548,11 +599,60 @@ mod tests {
     }
 
     #[test]
+    fn every_order_of_a_chunks_keys_is_relayed_under_the_answers_id_and_model() {
+        let keys = ["id", "object", "created", "model", "choices"];
+        // Every rotation and its reverse: each key first, last and between.
+        let mut orders: Vec<Vec<&str>> = Vec::new();
+        for r in 0..keys.len() {
+            let mut order = keys.to_vec();
+            order.rotate_left(r);
+            orders.push(order.clone());
+            order.reverse();
+            orders.push(order);
+        }
+        for order in orders {
+            let chunk = |content: &str, finish: &str| {
+                let value = |key: &str| match key {
+                    "id" => "\"up-1\"".to_string(),
+                    "object" => "\"chat.completion.chunk\"".to_string(),
+                    "created" => "1".to_string(),
+                    "model" => "\"up\"".to_string(),
+                    _ => format!(
+                        "[{{\"index\":0,\"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":{finish}}}]"
+                    ),
+                };
+                let members: Vec<String> = order
+                    .iter()
+                    .map(|k| format!("\"{k}\":{}", value(k)))
+                    .collect();
+                format!("data: {{{}}}\n\n", members.join(","))
+            };
+            let up = [
+                chunk("a", "null"),
+                chunk("a longer text", "null"),
+                chunk("", "\"stop\""),
+            ]
+            .concat();
+            let (text, mut relay) = relayed(&[up.as_bytes()], None);
+            let chunks = data(&text);
+            assert_eq!(chunks.len(), 3, "{order:?}: {text}");
+            for chunk in &chunks {
+                assert_eq!(chunk["id"], "chatcmpl-gw", "{order:?}: {text}");
+                assert_eq!(
+                    (&chunk["model"], &chunk["created"]),
+                    (&"m".into(), &5.into())
+                );
+            }
+            assert_eq!(relay.texts(), "aa longer text", "{order:?}");
+        }
+    }
+
+    #[test]
     fn a_stream_split_anywhere_is_relayed_the_same() {
         let (whole, _) = relayed(&[UP.as_bytes()], None);
         let bytes = UP.as_bytes();
         for at in 1..bytes.len() {
-            let (split, relay) = relayed(&[&bytes[..at], &bytes[at..]], None);
+            let (split, mut relay) = relayed(&[&bytes[..at], &bytes[at..]], None);
             assert_eq!(split, whole, "split at {at}");
             assert_eq!(relay.texts(), "Hello");
         }
@@ -562,7 +662,7 @@ mod tests {
     fn a_chunk_the_scan_cannot_vouch_for_is_parsed_and_relayed() {
         // An escaped key: the scan leaves it to a parser.
         let up = r#"data: {"id":"x","mod\u0065l":"up","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}"#;
-        let (text, relay) = relayed(&[format!("{up}\n\n").as_bytes()], None);
+        let (text, mut relay) = relayed(&[format!("{up}\n\n").as_bytes()], None);
         let chunks = data(&text);
         assert_eq!(chunks[0]["model"], "m", "{text}");
         assert_eq!(chunks[0]["id"], "chatcmpl-gw");
@@ -583,7 +683,7 @@ mod tests {
             )
         };
         let up: String = (0..10).map(|_| chunk(" one two three")).collect();
-        let (text, relay) = relayed(&[up.as_bytes()], Some(7));
+        let (text, mut relay) = relayed(&[up.as_bytes()], Some(7));
         let chunks = data(&text);
         // Three updates: 3, 6, then 9 words, which passes 7 and is kept whole; then the
         // gateway's finish.
