@@ -109,6 +109,11 @@ async fn a_relayed_answer_that_fails_upstream_ends_as_the_general_path_ends_it()
             .filter(|c| c["choices"][0]["finish_reason"] == "error")
             .count();
         assert_eq!(failed, n, "{text}");
+        // The upstream's request cut: a `cut` try, in the tries' summary.
+        let tries = (chunks.iter())
+            .find_map(|c| c["choicewise"]["tries"].as_array())
+            .unwrap_or_else(|| panic!("no tries: {text}"));
+        assert!(tries.iter().any(|t| t["outcome"] == "cut"), "{text}");
         answers.push((last["error"]["type"].clone(), last["error"]["code"].clone()));
     }
     assert_eq!(answers[0], answers[1], "the same error on both paths");

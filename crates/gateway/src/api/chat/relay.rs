@@ -165,6 +165,11 @@ pub(crate) fn respond(finish: Finish, relayed: Relayed) -> Response {
         }
         // Its upstream is done with: closed now, before the tail is written.
         drop(reads);
+        // An answer its upstream left unfinished (not the gateway's cut) is a `cut` try, as
+        // the general path counts it: in the tries' summary below and in the metrics.
+        if !relaying.relay.finished() && cut.is_none() {
+            opener.record(0, &relaying.upstream, crate::upstream::resilience::Outcome::Cut);
+        }
         let reported = relaying.relay.reported();
         let estimated = match reported {
             Some(_) => None,
