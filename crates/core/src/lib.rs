@@ -170,7 +170,7 @@ pub mod input {
     //! assert_eq!(demux.feed(b"data: [DONE]\n\n").unwrap(), Flow::Done);
     //! ```
 
-    pub use choicewise_proto::{Flow, Parsed, SseError, StreamConfig, TokenBound};
+    pub use choicewise_proto::{Flow, Parsed, SseError, StreamConfig, TokenBound, TokenCount};
 }
 
 #[cfg(feature = "fault-injection")]

@@ -105,6 +105,67 @@ impl TokenBound {
     }
 }
 
+/// An output's count against a [`TokenBound`], as a choice grows: an upper bound of its
+/// tokens so far, first its texts' bytes (a token is a byte at least: an output shorter in
+/// bytes than the bound is never tokenized); once the bytes pass the bound, the whole output
+/// counted, then each piece's tokens. The one count of the bound: a choice's own (its
+/// lifecycle) and a relay's that passes a choice on unparsed.
+///
+/// ```
+/// use choicewise_proto::{TokenBound, TokenCount};
+/// let words = |text: &str| text.split_whitespace().count() as u64;
+/// let mut count = TokenCount::new(TokenBound::new(3, words));
+/// let mut output = String::new();
+/// for piece in ["one two", " three", " four"] {
+///     output.push_str(piece);
+///     count.add(piece);
+///     if count.passes(|| output.as_str()) {
+///         break;
+///     }
+/// }
+/// assert_eq!(output, "one two three four");
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct TokenCount {
+    bound: TokenBound,
+    /// At least the output's tokens.
+    at_most: u64,
+    /// `at_most` adds the pieces' tokens (not their bytes).
+    counting: bool,
+}
+
+impl TokenCount {
+    /// Nothing counted yet against `bound`.
+    pub fn new(bound: TokenBound) -> TokenCount {
+        TokenCount {
+            bound,
+            at_most: 0,
+            counting: false,
+        }
+    }
+
+    /// Adds one piece of the output.
+    pub fn add(&mut self, piece: &str) {
+        let more = match self.counting {
+            true => (self.bound.count)(piece),
+            false => piece.len() as u64,
+        };
+        self.at_most = self.at_most.saturating_add(more);
+    }
+
+    /// Whether the output, now `whole` (read only when the pieces' count passes the bound),
+    /// passes the bound: past it by the pieces, the whole output is counted, so that adding
+    /// pieces' counts never stops an output under its bound.
+    pub fn passes<S: AsRef<str>>(&mut self, whole: impl FnOnce() -> S) -> bool {
+        if self.at_most <= self.bound.max {
+            return false;
+        }
+        self.at_most = (self.bound.count)(whole().as_ref());
+        self.counting = true;
+        self.at_most > self.bound.max
+    }
+}
+
 impl std::fmt::Debug for TokenBound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TokenBound")

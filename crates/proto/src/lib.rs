@@ -77,6 +77,7 @@ pub use confidence::{
 };
 pub use config::{
     DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS, StreamConfig, TokenBound,
+    TokenCount,
 };
 pub use demux::{Demux, Flow};
 pub use error::{Error, ErrorDetail, ErrorKind, Incomplete, UpstreamError};

@@ -267,33 +267,20 @@ pub struct ChoiceCore {
     /// The most bytes of raw updates it may take, and those taken so far.
     max_bytes: usize,
     bytes: usize,
-    /// Its bound of tokens, and its output so far against it.
-    max_tokens: Option<crate::TokenBound>,
-    tokens: Counted,
+    /// Its output so far against its bound of tokens, if it has one.
+    tokens: Option<crate::TokenCount>,
     /// It was stopped at its bound of tokens.
     stopped_at_bound: bool,
 }
 
-/// A choice's output against its bound of tokens: an upper bound of its tokens so far,
-/// first its texts' bytes (a token is a byte at least), so that an output shorter in bytes
-/// than its bound is never counted; once the bytes pass the bound, the tokens counted.
-#[derive(Debug, Clone, Copy, Default)]
-struct Counted {
-    /// At least the output's tokens.
-    at_most: u64,
-    /// `at_most` adds the pieces' tokens (not their bytes).
-    counting: bool,
-}
-
-/// Adds the texts of `events` to `counted` against `bound`: `true` when the output passes
-/// it (counted whole, then, so that adding the pieces' counts never stops a choice early).
+/// Adds the texts of `events` to `count` (the choice's output against its bound, if it has
+/// one; `acc` holds the output): `true` when the output passes it.
 fn passes_bound(
-    bound: Option<crate::TokenBound>,
-    counted: &mut Counted,
+    count: &mut Option<crate::TokenCount>,
     acc: &ChoiceAccumulator,
     events: &[ChoiceEvent],
 ) -> bool {
-    let Some(bound) = bound else {
+    let Some(count) = count else {
         return false;
     };
     for event in events {
@@ -304,20 +291,9 @@ fn passes_bound(
             }
             _ => continue,
         };
-        let more = match counted.counting {
-            true => (bound.count)(text),
-            false => text.len() as u64,
-        };
-        counted.at_most = counted.at_most.saturating_add(more);
+        count.add(text);
     }
-    if counted.at_most <= bound.max {
-        return false;
-    }
-    *counted = Counted {
-        at_most: (bound.count)(&acc.texts()),
-        counting: true,
-    };
-    counted.at_most > bound.max
+    count.passes(|| acc.texts())
 }
 
 impl ChoiceCore {
@@ -333,8 +309,7 @@ impl ChoiceCore {
             logprobs: LogprobsKept::Raw,
             max_bytes: usize::MAX,
             bytes: 0,
-            max_tokens: None,
-            tokens: Counted::default(),
+            tokens: None,
             stopped_at_bound: false,
         }
     }
@@ -343,7 +318,7 @@ impl ChoiceCore {
     /// ([`StreamConfig::max_choice_tokens`](crate::StreamConfig::max_choice_tokens);
     /// `None`: no bound).
     pub fn max_tokens(mut self, bound: Option<crate::TokenBound>) -> Self {
-        self.max_tokens = bound;
+        self.tokens = bound.map(crate::TokenCount::new);
         self
     }
 
@@ -497,8 +472,8 @@ impl ChoiceCore {
                 // completion's warnings only.
                 buf.clear();
             } else {
-                let stop = !self.acc.is_finished()
-                    && passes_bound(self.max_tokens, &mut self.tokens, &self.acc, buf);
+                let stop =
+                    !self.acc.is_finished() && passes_bound(&mut self.tokens, &self.acc, buf);
                 if stop {
                     self.acc.finish_with(Text::from("length"), buf);
                     self.stopped_at_bound = true;

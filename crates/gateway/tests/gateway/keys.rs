@@ -1115,6 +1115,18 @@ fn ignores_max_tokens() -> String {
     body
 }
 
+/// What `key` used of its first limit, as `GET /v1/key` says, and the whole answer.
+async fn key_usage(client: &reqwest::Client, addr: SocketAddr, key: &str) -> (u64, Value) {
+    let r = client
+        .get(format!("http://{addr}/v1/key"))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    let own: Value = r.json().await.unwrap();
+    (own["usage"][0]["used"].as_u64().unwrap(), own)
+}
+
 #[tokio::test]
 async fn a_sample_past_its_room_is_stopped_there_when_its_upstream_ignores_max_tokens() {
     let up = start(TestServer::builder().body(ignores_max_tokens())).await;
@@ -1145,14 +1157,7 @@ async fn a_sample_past_its_room_is_stopped_there_when_its_upstream_ignores_max_t
     assert!((4_096..=4_106).contains(&completion), "{}", answer["usage"]);
     // What the key was charged: within the one request's room, under the limit; the next
     // request is refused by what was used, not let through.
-    let r = client
-        .get(format!("http://{}/v1/key", gw.addr))
-        .bearer_auth("sk-team-a")
-        .send()
-        .await
-        .unwrap();
-    let own: Value = r.json().await.unwrap();
-    let used = own["usage"][0]["used"].as_u64().unwrap();
+    let (used, own) = key_usage(&client, gw.addr, "sk-team-a").await;
     assert!((4_096..=5_000).contains(&used), "{own}");
     let (status, _, body) =
         refusal(post(&client, gw.addr, chat, "sk-team-a", &unlimited).await).await;
@@ -1164,14 +1169,7 @@ async fn a_sample_past_its_room_is_stopped_there_when_its_upstream_ignores_max_t
     assert_eq!(r.status(), 200);
     let answer: Value = r.json().await.unwrap();
     assert_eq!(answer["choices"][0]["finish_reason"], "length");
-    let r = client
-        .get(format!("http://{}/v1/key", gw.addr))
-        .bearer_auth("sk-team-b")
-        .send()
-        .await
-        .unwrap();
-    let own: Value = r.json().await.unwrap();
-    let used = own["usage"][0]["used"].as_u64().unwrap();
+    let (used, own) = key_usage(&client, gw.addr, "sk-team-b").await;
     assert!((4 * 4_096..=4 * 4_120).contains(&used), "{own}");
     gw.stop().await;
 }
@@ -1212,14 +1210,7 @@ async fn a_relayed_stream_past_its_room_is_stopped_there_when_its_upstream_ignor
     let completion = usage["completion_tokens"].as_u64().unwrap();
     assert!((4_096..=4_106).contains(&completion), "{usage}");
     assert_eq!(usage["choicewise"]["estimated"], true, "{usage}");
-    let r = client
-        .get(format!("http://{}/v1/key", gw.addr))
-        .bearer_auth("sk-team-a")
-        .send()
-        .await
-        .unwrap();
-    let own: Value = r.json().await.unwrap();
-    let used = own["usage"][0]["used"].as_u64().unwrap();
+    let (used, own) = key_usage(&client, gw.addr, "sk-team-a").await;
     assert!((4_096..=5_000).contains(&used), "{own}");
     let (status, _, body) =
         refusal(post(&client, gw.addr, chat, "sk-team-a", &streamed).await).await;

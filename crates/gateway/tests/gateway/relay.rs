@@ -26,19 +26,29 @@ fn toml(url: &str) -> String {
     )
 }
 
+/// A streamed Chat request for `m` saying hi, with `fields` besides: its 200's text and
+/// its chunks, which end with `[DONE]`.
+async fn streamed(addr: std::net::SocketAddr, fields: Value) -> (String, Vec<Value>) {
+    let mut body = json!({"model": "m", "stream": true,
+        "messages": [{"role": "user", "content": "hi"}]});
+    for (k, v) in fields.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    let r = post_chat(addr, &body).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    let (chunks, done) = sse_data(&text);
+    assert!(done, "{text}");
+    (text, chunks)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_chat_request_of_one_choice_is_its_upstreams_own_chunks() {
     let upstream = TestServer::builder().body(VENDOR).start().await.unwrap();
     let (addr, _) = serve(&toml(&upstream.base_url()), no_env).await;
     for include_usage in [false, true] {
-        let body = json!({"model": "m", "stream": true,
-            "stream_options": {"include_usage": include_usage},
-            "messages": [{"role": "user", "content": "hi"}]});
-        let r = post_chat(addr, &body).await;
-        assert_eq!(r.status(), 200);
-        let text = r.text().await.unwrap();
-        let (chunks, done) = sse_data(&text);
-        assert!(done, "{text}");
+        let asked = json!({"stream_options": {"include_usage": include_usage}});
+        let (text, chunks) = streamed(addr, asked).await;
         let id = chunks[0]["id"].as_str().unwrap();
         assert!(
             id.starts_with("chatcmpl-cw"),
@@ -90,13 +100,7 @@ async fn a_relayed_answer_that_fails_upstream_ends_as_the_general_path_ends_it()
     // One choice relayed; two, on the general path: each its choice's failure, then the
     // error event, then `[DONE]`.
     for n in [1, 2] {
-        let body = json!({"model": "m", "stream": true, "n": n,
-            "messages": [{"role": "user", "content": "hi"}]});
-        let r = post_chat(addr, &body).await;
-        assert_eq!(r.status(), 200);
-        let text = r.text().await.unwrap();
-        let (chunks, done) = sse_data(&text);
-        assert!(done, "{text}");
+        let (text, chunks) = streamed(addr, json!({"n": n})).await;
         let last = chunks.last().unwrap();
         assert!(
             last["error"]["message"]
@@ -118,4 +122,35 @@ async fn a_relayed_answer_that_fails_upstream_ends_as_the_general_path_ends_it()
     }
     assert_eq!(answers[0], answers[1], "the same error on both paths");
     assert_eq!(answers[0].1, "every_choice_failed");
+}
+
+/// An upstream silent mid-answer: the relayed answer fails after its idle timeout, as the
+/// general path fails a silent choice, and its upstream request is a `cut` try.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_answer_whose_upstream_falls_silent_fails_after_the_idle_timeout() {
+    let upstream = crate::common::start(crate::common::stalled(1)).await;
+    let toml = format!(
+        "[limits]\nupstream_idle_timeout_s = 0.3\n{}",
+        toml(&upstream.base_url())
+    );
+    let (addr, _) = serve(&toml, no_env).await;
+    let started = std::time::Instant::now();
+    let (text, chunks) = streamed(addr, json!({})).await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let failed = chunks
+        .iter()
+        .find(|c| c["choices"][0]["finish_reason"] == "error");
+    let why =
+        failed.unwrap_or_else(|| panic!("no failure: {text}"))["choices"][0]["choicewise"]["error"]
+            .as_str()
+            .unwrap();
+    assert!(why.contains("idle timeout"), "{why}");
+    assert_eq!(
+        chunks.last().unwrap()["error"]["code"],
+        "every_choice_failed"
+    );
 }

@@ -11,7 +11,7 @@ use std::ops::{ControlFlow, Range};
 
 use choicewise_core::chunks::Envelope;
 use choicewise_core::chunks::{ChunkFacts, ChunkScanner};
-use choicewise_core::input::TokenBound;
+use choicewise_core::input::{TokenBound, TokenCount};
 use choicewise_core::{ChoiceEvent, Error, ErrorDetail, UpstreamError};
 use choicewise_sse::Framer;
 use serde::Deserialize;
@@ -84,34 +84,6 @@ pub(crate) struct Reported {
     pub(crate) completion: u64,
 }
 
-/// The output's tokens against the bound it is held to: first its texts' bytes (a token is
-/// a byte at least), once those pass the bound the tokens of the whole output, then of each
-/// piece (the same count as the general path's, `choicewise_proto::TokenBound`).
-#[derive(Debug, Clone, Copy)]
-struct Bound {
-    max: u64,
-    count: fn(&str) -> u64,
-    at_most: u64,
-    counting: bool,
-}
-
-impl Bound {
-    /// Adds `piece` (the output now `whole`): `true` once the output passes the bound.
-    fn passes(&mut self, piece: &str, whole: &str) -> bool {
-        let more = match self.counting {
-            true => (self.count)(piece),
-            false => piece.len() as u64,
-        };
-        self.at_most = self.at_most.saturating_add(more);
-        if self.at_most <= self.max {
-            return false;
-        }
-        self.at_most = (self.count)(whole);
-        self.counting = true;
-        self.at_most > self.max
-    }
-}
-
 /// Whether the relay reads on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fed {
@@ -138,7 +110,8 @@ struct State {
     id: Vec<u8>,
     model: Vec<u8>,
     created: Vec<u8>,
-    bound: Option<Bound>,
+    /// The output against its bound of tokens, if it has one (the general path's count).
+    bound: Option<TokenCount>,
     /// The output's texts so far, when a bound counts them as they come.
     texts: String,
     /// Without a bound, the choice's elements as they came, one after the other: their
@@ -182,12 +155,7 @@ impl ChatRelay {
                 id: json(&envelope.id),
                 model: json(&envelope.model),
                 created: envelope.created.to_string().into_bytes(),
-                bound: bound.map(|TokenBound { max, count }| Bound {
-                    max,
-                    count,
-                    at_most: 0,
-                    counting: false,
-                }),
+                bound: bound.map(TokenCount::new),
                 texts: String::new(),
                 elements: Vec::new(),
                 finish: None,
@@ -380,17 +348,15 @@ impl State {
         {
             self.response_model = serde_json::from_str(&data[model]).ok();
         }
+        // A usage without both counts is no report: the answer is counted here rather than
+        // charged a zero the upstream did not say.
         if let Some(usage) = facts.usage()
-            && let Ok(usage) = serde_json::from_str::<Option<Usage>>(&data[usage])
-            && let Some(Usage {
-                prompt_tokens,
-                completion_tokens,
-            }) = usage
+            && let Ok(Some(Usage {
+                prompt_tokens: Some(prompt),
+                completion_tokens: Some(completion),
+            })) = serde_json::from_str::<Option<Usage>>(&data[usage])
         {
-            self.reported = Some(Reported {
-                prompt: prompt_tokens.unwrap_or(0),
-                completion: completion_tokens.unwrap_or(0),
-            });
+            self.reported = Some(Reported { prompt, completion });
         }
         let (mut passes, mut skipped) = (false, 0);
         for choice in facts.choices() {
@@ -470,20 +436,18 @@ impl State {
             &delta.reasoning,
         ];
         let function = (delta.function_call.as_ref()).and_then(|f| f.arguments.as_deref());
-        let mut passes = false;
         let pieces = (texts.into_iter().filter_map(|t| t.as_deref()))
             .chain(calls)
             .chain(function);
         for piece in pieces {
-            if piece.is_empty() {
-                continue;
-            }
             self.texts.push_str(piece);
             if let Some(bound) = &mut self.bound {
-                passes |= bound.passes(piece, &self.texts);
+                bound.add(piece);
             }
         }
-        passes
+        // Checked once an update, as a choice's own lifecycle checks it.
+        let texts = &self.texts;
+        (self.bound.as_mut()).is_some_and(|bound| bound.passes(|| texts.as_str()))
     }
 
     /// Writes the chunk `data` as its event, its `id`, `model` and `created` the answer's.
@@ -645,6 +609,30 @@ mod tests {
             }
             assert_eq!(relay.texts(), "aa longer text", "{order:?}");
         }
+    }
+
+    #[test]
+    fn a_usage_without_both_counts_is_no_report() {
+        let usage = |usage: &str| {
+            let up = format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"Hi\"}},\"finish_reason\":\"stop\"}}]}}\n\n\
+                 data: {{\"choices\":[],\"usage\":{usage}}}\n\n"
+            );
+            relayed(&[up.as_bytes()], None).1.reported()
+        };
+        assert_eq!(usage("null"), None);
+        assert_eq!(
+            usage(r#"{"prompt_tokens":7}"#),
+            None,
+            "no completion: counted here"
+        );
+        assert_eq!(
+            usage(r#"{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}"#),
+            Some(Reported {
+                prompt: 7,
+                completion: 2
+            })
+        );
     }
 
     #[test]
