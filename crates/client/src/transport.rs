@@ -49,6 +49,9 @@ pub(crate) struct Target {
     uri: Uri,
     /// `url` as errors name it: without its credentials, query or fragment.
     pub(crate) shown: Arc<str>,
+    /// The `Host` header its requests carry, made once: what hyper's client would write for
+    /// `uri` on every request (its host, and its port unless the scheme's default).
+    host: Option<HeaderValue>,
 }
 
 impl Target {
@@ -64,8 +67,29 @@ impl Target {
         let _ = bare.set_password(None);
         let uri = bare.as_str().parse().ok()?;
         let shown = redact(&url).into();
-        Some(Target { url, uri, shown })
+        let host = host_header(&uri);
+        Some(Target {
+            url,
+            uri,
+            shown,
+            host,
+        })
     }
+}
+
+/// The `Host` header for `uri`, as hyper's pooled client writes it when a request has none:
+/// the host, with `:port` unless the port is the scheme's default (443 for `https` and
+/// `wss`, 80 otherwise).
+fn host_header(uri: &Uri) -> Option<HeaderValue> {
+    let host = uri.host()?;
+    let secure = matches!(uri.scheme_str(), Some("https" | "wss"));
+    let value = match uri.port_u16() {
+        Some(443) if secure => host.to_owned(),
+        Some(80) if !secure => host.to_owned(),
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    };
+    HeaderValue::from_str(&value).ok()
 }
 
 /// `url` without what may be a secret: its user name and password, its query (`?api-key=`)
@@ -368,6 +392,10 @@ impl Transport {
         *request.method_mut() = method;
         *request.uri_mut() = target.uri.clone();
         *request.headers_mut() = headers.clone();
+        if let Some(host) = &target.host {
+            // Made once for the target, rather than formatted by the pool on each request.
+            (request.headers_mut().entry(http::header::HOST)).or_insert_with(|| host.clone());
+        }
         self.pool.request(request).await.map_err(|e| {
             if e.is_connect() {
                 Failure::Connect {
@@ -431,6 +459,23 @@ mod tests {
         assert_eq!(value.to_str().unwrap(), "Basic dXNAZXI6cDp3");
         assert!(value.is_sensitive());
         assert!(basic_authorization(&Url::parse("http://h/").unwrap()).is_none());
+    }
+
+    #[test]
+    fn the_host_header_is_the_one_the_pool_would_write() {
+        let host = |url: &str| {
+            let target = Target::new(Url::parse(url).unwrap()).unwrap();
+            target.host.map(|h| h.to_str().unwrap().to_owned())
+        };
+        assert_eq!(host("http://127.0.0.1:8080/v1").unwrap(), "127.0.0.1:8080");
+        assert_eq!(host("https://h.example/v1").unwrap(), "h.example");
+        assert_eq!(host("https://h.example:443/v1").unwrap(), "h.example");
+        assert_eq!(host("http://h.example:80/").unwrap(), "h.example");
+        assert_eq!(host("https://h.example:8443/").unwrap(), "h.example:8443");
+        assert_eq!(host("https://h.example:80/").unwrap(), "h.example:80");
+        assert_eq!(host("http://h.example:443/").unwrap(), "h.example:443");
+        assert_eq!(host("http://[::1]:9000/x").unwrap(), "[::1]:9000");
+        assert_eq!(host("http://u:p@h.example:81/").unwrap(), "h.example:81");
     }
 
     #[test]

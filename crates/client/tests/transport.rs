@@ -80,6 +80,8 @@ async fn a_base_urls_credentials_go_as_basic_authorization() {
         assert_eq!(r.path, "/v1/chat/completions");
         let host = r.header("host").unwrap();
         assert!(!host.contains('@'), "{host}");
+        // The server's own address and port.
+        assert_eq!(Some(host), server.base_url().split('/').nth(2), "{host}");
         let agent = r.header("user-agent").unwrap();
         assert!(agent.starts_with("choicewise-client/"), "{agent}");
     }
