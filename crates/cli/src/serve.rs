@@ -65,10 +65,11 @@ fn init_log(format: LogFormat) -> Option<choicewise_gateway::StderrLog> {
         .with_env_filter(filter)
         .with_writer(writer)
         .log_internal_errors(false)
-        .with_ansi(false);
+        .with_ansi(false)
+        .with_timer(choicewise_gateway::LogTime);
     // A subscriber set already (a program embedding the command) is kept.
     let set = match format {
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Text => builder.fmt_fields(choicewise_gateway::LogFields).try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
     log.filter(|_| set.is_ok())

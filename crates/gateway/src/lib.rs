@@ -46,6 +46,7 @@ mod handlers;
 mod keyring;
 mod keys;
 mod listen;
+mod log_format;
 mod metrics;
 mod quota;
 mod records;
@@ -72,6 +73,7 @@ pub use config::{
 };
 
 pub use check::{Checked, Reached};
+pub use log_format::{LogFields, LogTime};
 pub use state::Gateway;
 pub use stderr::{
     BATCH_WAIT as STDERR_BATCH_WAIT, MAX_BUFFERED as STDERR_MAX_BUFFERED, StderrLog, StderrWriter,

@@ -35,6 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "request",
             "wellformed",
             "stderr",
+            "log_format",
             "test_log",
         ],
     ),
