@@ -133,7 +133,9 @@ impl State {
                 offset,
             });
         }
-        let text = match std::str::from_utf8(line) {
+        // The fast check first; the standard library's names where invalid UTF-8 begins.
+        let checked = simdutf8::basic::from_utf8(line).or_else(|_| std::str::from_utf8(line));
+        let text = match checked {
             Ok(text) => text,
             Err(err) => {
                 return Err(SseError::InvalidUtf8 {
