@@ -456,10 +456,7 @@ async fn prompt_bound(opener: &open::Opener) -> u64 {
         .sum();
     let encoding = match counted {
         0 => choicewise_usage::DEFAULT_ENCODING,
-        _ => {
-            let upstream_model = (opener.model.routes.first()).map_or("", |r| r.model.as_str());
-            choicewise_usage::encoding_for_model(upstream_model).name
-        }
+        _ => first_encoding(opener),
     };
     let body = opener.body.clone();
     let bound = move || {
@@ -478,8 +475,7 @@ async fn prompt_bound(opener: &open::Opener) -> u64 {
 /// The tokens of a request's prompt, counted as its accounting counts them (with its first
 /// upstream's encoding; on a blocking thread unless small); 0 if it cannot be counted.
 async fn prompt_tokens(opener: &open::Opener) -> u64 {
-    let upstream_model = (opener.model.routes.first()).map_or("", |r| r.model.as_str());
-    let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
+    let encoding = first_encoding(opener);
     let body = opener.body.clone();
     let count = move || {
         let fields = body.iter().map(|(k, v)| (k.as_str(), &v[..]));
@@ -491,6 +487,11 @@ async fn prompt_tokens(opener: &open::Opener) -> u64 {
     } else {
         tokio::task::spawn_blocking(count).await.unwrap_or(0)
     }
+}
+
+/// The encoding of the model's first upstream (the default when it has none).
+fn first_encoding(opener: &open::Opener) -> choicewise_usage::EncodingName {
+    (opener.model.routes.first()).map_or(choicewise_usage::DEFAULT_ENCODING, |r| r.encoding)
 }
 
 /// A request's run planned: its samples' opener, and what its answer needs besides.
@@ -524,9 +525,10 @@ fn plan<R>(
     } = read;
     let dropped = hosted_tools(gw, &req.model, &hosted)?;
     let estimate = prompt.map(|chat| {
-        let upstream_model =
-            (model.routes.first()).map_or(model.name.as_str(), |r| r.model.as_str());
-        let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
+        let encoding = (model.routes.first()).map_or_else(
+            || choicewise_usage::encoding_for_model(&model.name).name,
+            |r| r.encoding,
+        );
         tokio::task::spawn_blocking(move || {
             let fields = chat.iter().map(|(k, v)| (k.as_str(), &v[..]));
             choicewise_usage::count_prompt_fields(encoding, fields)

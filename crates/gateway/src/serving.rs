@@ -233,9 +233,8 @@ pub(crate) fn preload_encodings(models: &HashMap<String, Arc<crate::upstream::op
     let mut encodings = vec![choicewise_usage::DEFAULT_ENCODING];
     for model in models.values() {
         for route in &model.routes {
-            let name = choicewise_usage::encoding_for_model(&route.model).name;
-            if !encodings.contains(&name) {
-                encodings.push(name);
+            if !encodings.contains(&route.encoding) {
+                encodings.push(route.encoding);
             }
         }
     }

@@ -177,6 +177,7 @@ impl Gateway {
                     api: u.api,
                     client,
                     label: Arc::from(format!("{}:{upstream_model}@{host}", u.api).as_str()),
+                    encoding: choicewise_usage::encoding_for_model(&upstream_model).name,
                     model: upstream_model,
                     n_mode: u.n_mode(),
                     max_n: u.max_n,

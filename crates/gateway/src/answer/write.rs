@@ -8,8 +8,8 @@ use std::convert::Infallible;
 use std::task::Poll;
 
 use axum::body::{Body, Bytes};
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::header::{self, HeaderName, HeaderValue};
+use axum::response::Response;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 
@@ -24,13 +24,17 @@ pub(crate) const WRITE_BYTES: usize = 16 * 1024;
 pub(crate) fn sse_response(
     body: impl futures::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
 ) -> Response {
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header("x-accel-buffering", "no")
-        .body(Body::from_stream(body))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    const EVENT_STREAM: HeaderValue = HeaderValue::from_static("text/event-stream");
+    const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
+    const ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+    const NO: HeaderValue = HeaderValue::from_static("no");
+    // Headers known when the program is built: none of them checked again a response.
+    let mut response = Response::new(Body::from_stream(body));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, EVENT_STREAM);
+    headers.insert(header::CACHE_CONTROL, NO_CACHE);
+    headers.insert(ACCEL_BUFFERING, NO);
+    response
 }
 
 /// What an output choice's stream says.

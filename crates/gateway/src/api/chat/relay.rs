@@ -97,7 +97,7 @@ pub(crate) fn respond(finish: Finish, relayed: Relayed) -> Response {
     let max_event = choicewise_core::defaults::DEFAULT_MAX_EVENT_SIZE;
     let relay = ChatRelay::new(&envelope, asked, bound, max_event);
     let include_usage = asked.1;
-    let encoding = choicewise_usage::encoding_for_model(&route.model).name;
+    let encoding = route.encoding;
     let idle = route.idle_timeout;
     let reads = bounded(counted(reads, &opener.metrics), route.max_answer_bytes);
     let mut relaying = Relaying {

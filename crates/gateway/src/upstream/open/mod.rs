@@ -37,6 +37,8 @@ pub(crate) struct UpstreamRoute {
     pub client: Client,
     /// The upstream's model name.
     pub model: String,
+    /// Its model's token encoding, for the tokens it does not report.
+    pub encoding: choicewise_usage::EncodingName,
     pub n_mode: NMode,
     /// The most samples one request carries, when native (`max_n`).
     pub max_n: Option<u32>,
