@@ -38,11 +38,41 @@ pub(crate) fn split_object(bytes: &Bytes) -> Result<Fields, NotAnObject> {
         let _: &RawValue = serde_json::from_slice(bytes).map_err(NotAnObject::Json)?;
         return Err(NotAnObject::Type);
     }
-    let fields: BTreeMap<String, &RawValue> =
-        serde_json::from_slice(bytes).map_err(NotAnObject::Json)?;
-    Ok((fields.into_iter())
-        .map(|(k, v)| (k, bytes.slice_ref(v.get().as_bytes())))
-        .collect())
+    let mut parser = serde_json::Deserializer::from_slice(bytes);
+    let fields = serde::de::DeserializeSeed::deserialize(Split(bytes), &mut parser)
+        .and_then(|fields| parser.end().map(|()| fields))
+        .map_err(NotAnObject::Json)?;
+    Ok(fields)
+}
+
+/// The top-level fields read straight into [`Fields`], each a slice of the body (as a map
+/// of raw values would read them, with no map of its own between).
+struct Split<'b>(&'b Bytes);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Split<'_> {
+    type Value = Fields;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, parser: D) -> Result<Fields, D::Error> {
+        parser.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Split<'_> {
+    type Value = Fields;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a map")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Fields, A::Error> {
+        let mut fields = Fields::new();
+        while let Some(key) = map.next_key::<String>()? {
+            // Borrowed from the body: its bytes' place in it.
+            let value: &'de RawValue = map.next_value()?;
+            fields.insert(key, self.0.slice_ref(value.get().as_bytes()));
+        }
+        Ok(fields)
+    }
 }
 
 /// Writes a JSON object of `fields`, with `over` replacing (or adding) fields of the same
@@ -589,6 +619,39 @@ fn refused(e: PolicyError) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_object_splits_as_a_map_of_its_raw_values() {
+        let bodies = [
+            r#"{"model":"m","n":2,"messages":[{"role":"user","content":"hi"}]}"#,
+            " \n{ \"a\" : { \"b\" : [1, 2] } , \"a\": \"last wins\" }\t",
+            r#"{"mod\u0065l":"escaped key","s":"x\"y","f":1.5e3,"t":true,"z":null}"#,
+            "{}",
+            r#"{"a":1} trailing"#,
+            r#"{"a":1,}"#,
+            r#"{"a" 1}"#,
+            r#"{"a":01}"#,
+            r#"{"a":"unterminated}"#,
+            "{\"a\":\"\u{1}\"}",
+        ];
+        for body in bodies {
+            let bytes = Bytes::from(body);
+            let ours = split_object(&bytes);
+            let map: Result<BTreeMap<String, &RawValue>, _> = serde_json::from_slice(&bytes);
+            match (ours, map) {
+                (Ok(ours), Ok(map)) => {
+                    let map: Fields = (map.into_iter())
+                        .map(|(k, v)| (k, Bytes::copy_from_slice(v.get().as_bytes())))
+                        .collect();
+                    assert_eq!(ours, map, "{body}");
+                }
+                (Err(NotAnObject::Json(ours)), Err(map)) => {
+                    assert_eq!(ours.to_string(), map.to_string(), "{body}");
+                }
+                (ours, map) => panic!("{body}: {ours:?} against {map:?}"),
+            }
+        }
+    }
 
     #[test]
     fn a_value_and_its_text_are_named_alike() {
