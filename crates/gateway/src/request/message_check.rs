@@ -63,9 +63,13 @@ pub(crate) fn role<'v>(
     role: &'v Value,
     allowed: &[&str],
 ) -> Result<&'v str, IngressError> {
+    if let Value::String(r) = role
+        && allowed.contains(&r.as_str())
+    {
+        return Ok(r);
+    }
     let list = allowed.join(", ");
     let what = match role {
-        Value::String(r) if allowed.contains(&r.as_str()) => return Ok(r),
         Value::String(r) if allowed.iter().any(|a| a.eq_ignore_ascii_case(r)) => {
             format!("{role} is not a role: roles are lowercase ({list})")
         }
@@ -86,26 +90,41 @@ pub(crate) fn chat_messages(messages: &[u8]) -> Result<(), IngressError> {
     let unreadable =
         |e: serde_json::Error| IngressError::invalid("messages", format!("could not be read: {e}"));
     for_each_raw_entry(messages, |i, raw| {
-        let at = format!("messages[{i}]");
-        object(&at, raw.get())?;
-        let mut found = Value::Null;
+        // The path is written only for a fault.
+        let at = || format!("messages[{i}]");
+        if !raw.get().starts_with('{') {
+            return object(&at(), raw.get());
+        }
+        let mut found = None;
         for_each_raw_field(raw.get().as_bytes(), |k, v| {
             if k == "role" {
-                // A role is small: anything else is named by its kind alone.
-                found = match v.get().starts_with('"') {
-                    true => serde_json::from_str(v.get())?,
-                    false => serde_json::from_str::<Value>(v.get()).map(|v| match v {
-                        Value::Array(_) => Value::Array(Vec::new()),
-                        Value::Object(_) => Value::Object(Default::default()),
-                        small => small,
-                    })?,
-                };
+                found = Some(v);
             }
             Ok::<(), serde_json::Error>(())
         })
         .map_err(unreadable)?
         .map_err(unreadable)?;
-        role(&at, &found, CHAT_ROLES).map(|_| ())
+        // A role of one of the names, as most are: read without a tree.
+        if let Some(text) = found.map(|v| v.get())
+            && text.starts_with('"')
+        {
+            let name: std::borrow::Cow<'_, str> = serde_json::from_str(text).map_err(unreadable)?;
+            if CHAT_ROLES.contains(&&*name) {
+                return Ok(());
+            }
+        }
+        // A role is small: anything else is named by its kind alone.
+        let found = match found.map(|v| v.get()) {
+            None => Value::Null,
+            Some(text) => serde_json::from_str::<Value>(text)
+                .map(|v| match v {
+                    Value::Array(_) => Value::Array(Vec::new()),
+                    Value::Object(_) => Value::Object(Default::default()),
+                    small => small,
+                })
+                .map_err(unreadable)?,
+        };
+        role(&at(), &found, CHAT_ROLES).map(|_| ())
     })
     .map_err(unreadable)?
 }
