@@ -407,13 +407,29 @@ impl Envelope {
     /// A chunk's JSON up to the opening of its `choices` array, for writing chunks without
     /// building each one's envelope (`{"id":…,"object":…,"created":…,"model":…,"choices":[`);
     /// close it with the elements and `]}`.
+    ///
+    /// ```
+    /// # use choicewise_proto::chunks::Envelope;
+    /// let envelope = Envelope::new("m \"quoted\" ☕");
+    /// let chunk: serde_json::Value =
+    ///     serde_json::from_str(&format!("{}]}}", envelope.prefix())).unwrap();
+    /// assert_eq!(chunk, envelope.chunk(Vec::new()));
+    /// ```
     pub fn prefix(&self) -> String {
-        format!(
-            "{{\"id\":{},\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[",
-            Value::from(&*self.id),
-            self.created,
-            Value::from(&*self.model),
-        )
+        use std::io::Write as _;
+        let mut out = Vec::with_capacity(96 + self.id.len() + self.model.len());
+        // Strings and a number serialise without error into memory; no tree is made.
+        out.extend_from_slice(b"{\"id\":");
+        let _ = serde_json::to_writer(&mut out, &*self.id);
+        let _ = write!(
+            out,
+            ",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":",
+            self.created
+        );
+        let _ = serde_json::to_writer(&mut out, &*self.model);
+        out.extend_from_slice(b",\"choices\":[");
+        // JSON written from strings is UTF-8.
+        String::from_utf8(out).unwrap_or_default()
     }
 
     /// A chunk of these choices' elements, as a JSON value.
