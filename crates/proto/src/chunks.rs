@@ -274,6 +274,44 @@ impl Serialize for Element {
     }
 }
 
+impl Element {
+    /// Writes an element of text (content, reasoning or a refusal: most of an answer's
+    /// elements) as its `Serialize` writes it, its keys as constant bytes rather than each
+    /// escaped again; `false`, with nothing written, for any other element.
+    fn write_text(&self, out: &mut Vec<u8>) -> bool {
+        let (key, text): (&[u8], &str) = match &self.delta {
+            Delta::Content(t) => (b"content", t),
+            Delta::Reasoning(t) => (b"reasoning_content", t),
+            Delta::Refusal(t) => (b"refusal", t),
+            _ => return false,
+        };
+        if self.error.is_some() || self.logprobs.is_some() {
+            return false;
+        }
+        // Strings and numbers serialise without error into memory.
+        let string = |out: &mut Vec<u8>, text: &str| {
+            let _ = serde_json::to_writer(&mut *out, text);
+        };
+        out.extend_from_slice(b"{\"delta\":{\"");
+        out.extend_from_slice(key);
+        out.extend_from_slice(b"\":");
+        string(out, text);
+        if let Some(role) = &self.role {
+            out.extend_from_slice(b",\"role\":");
+            string(out, role);
+        }
+        out.extend_from_slice(b"},\"finish_reason\":");
+        match &self.finish_reason {
+            Some(reason) => string(out, reason),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"index\":");
+        out.extend_from_slice(itoa::Buffer::new().format(self.index).as_bytes());
+        out.extend_from_slice(b",\"logprobs\":null}");
+        true
+    }
+}
+
 /// An element's `delta` object.
 struct DeltaOut<'a>(&'a Element);
 
@@ -500,8 +538,10 @@ impl ChunkEncoder {
     pub fn element(&self, out: &mut Vec<u8>, element: &Element) {
         out.extend_from_slice(b"data: ");
         out.extend_from_slice(self.prefix.as_bytes());
-        // An element serialises without error into memory.
-        let _ = serde_json::to_writer(&mut *out, element);
+        if !element.write_text(out) {
+            // An element serialises without error into memory.
+            let _ = serde_json::to_writer(&mut *out, element);
+        }
         out.extend_from_slice(b"]}\n\n");
     }
 
@@ -550,6 +590,60 @@ impl ChunkEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_element_of_text_is_written_as_it_serialises() {
+        let texts = [
+            "",
+            "plain",
+            "quote \" and \\ and \n\u{1}",
+            "café ☕ \u{2028}",
+        ];
+        let reasons = [None, Some("stop"), Some("length \"cut\"")];
+        let mut tried = 0;
+        for (t, text) in texts.iter().enumerate() {
+            let deltas = [
+                Delta::Content(Text::from(*text)),
+                Delta::Reasoning(Text::from(*text)),
+                Delta::Refusal(Text::from(*text)),
+            ];
+            for delta in deltas {
+                for reason in reasons {
+                    for role in [None, Some(Text::from("assistant"))] {
+                        let element = Element {
+                            index: [0, 7, u32::MAX][t % 3],
+                            role,
+                            delta: delta.clone(),
+                            finish_reason: reason.map(Text::from),
+                            error: None,
+                            logprobs: None,
+                        };
+                        let mut fast = Vec::new();
+                        assert!(element.write_text(&mut fast));
+                        assert_eq!(String::from_utf8(fast).unwrap(), written(&element));
+                        tried += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(tried, 72);
+        // Anything else is left to serde.
+        let element = Element {
+            index: 0,
+            role: None,
+            delta: Delta::Content(Text::from("x")),
+            finish_reason: None,
+            error: Some(Text::from("failed")),
+            logprobs: None,
+        };
+        assert!(!element.write_text(&mut Vec::new()));
+        let opening = Element {
+            delta: Delta::Opening,
+            error: None,
+            ..element
+        };
+        assert!(!opening.write_text(&mut Vec::new()));
+    }
 
     /// The element as the client reads it.
     fn written(element: &Element) -> String {
