@@ -19,6 +19,10 @@
 #   scripts/gateway-instructions.sh target/release/choicewise
 #   LIMITS=memory scripts/gateway-instructions.sh target/release/choicewise
 #
+# N is the request's `n` (default 1, the pass-through path; N=3 the general path, docs/gateway.md):
+#
+#   N=3 scripts/gateway-instructions.sh target/release/choicewise
+#
 # The upstream reports its usage when asked (`stream_options.include_usage`, which the gateway
 # sends), as model servers do; NO_USAGE=1 makes it report none, so that the gateway counts
 # each request's prompt and completion itself (its estimate).
@@ -41,13 +45,13 @@ work=$(mktemp -d)
 [ "${KEEP:-}" = 1 ] || trap 'rm -rf "$work"' EXIT
 
 cat > "$work/load.py" <<'PY'
-import http.client, json, sys, threading
+import http.client, json, os, sys, threading
 port, n, threads = int(sys.argv[1]), int(sys.argv[2]), 4
 key = sys.argv[3] if len(sys.argv) > 3 else None
 headers = {"content-type": "application/json"}
 if key:
     headers["authorization"] = "Bearer " + key
-body = json.dumps({"model": "native", "n": 1, "stream": True, "messages": [{"role": "user",
+body = json.dumps({"model": "native", "n": int(os.environ.get("N", "1")), "stream": True, "messages": [{"role": "user",
     "content": "cwbench tag=0 ticks=16 spread=0 first_us=0 interval_us=0 stamp=0 fault=none tick_writes=0"}]})
 failed = []
 def run(k):
