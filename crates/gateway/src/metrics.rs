@@ -35,7 +35,7 @@ struct AnswerLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ChoiceLabels {
     model: String,
-    finish_reason: String,
+    finish_reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -188,11 +188,10 @@ const FINISH_LABELS: &[&str] = &[
 ];
 
 /// A finish reason as a label: a known one, else `other`.
-fn finish_label(finish: &str) -> String {
-    match FINISH_LABELS.contains(&finish) {
-        true => finish.to_string(),
-        false => "other".to_string(),
-    }
+fn finish_label(finish: &str) -> &'static str {
+    (FINISH_LABELS.iter())
+        .find(|known| **known == finish)
+        .map_or("other", |known| known)
 }
 
 /// How a sample ended: the records' `finish`, the metrics' label, the span's reason.
@@ -597,10 +596,10 @@ impl Metrics {
         took: std::time::Duration,
         outcome: &Outcome,
     ) {
-        let model = model.to_string();
         let labels = ModelLabels {
-            model: model.clone(),
+            model: model.to_string(),
         };
+        let model = &labels.model;
         (self.answers)
             .get_or_create(&AnswerLabels {
                 model: model.clone(),
@@ -621,16 +620,15 @@ impl Metrics {
         }
         for u in &outcome.upstreams {
             let source = if u.estimated { "estimated" } else { "reported" };
-            for (kind, count) in [("prompt", u.prompt), ("completion", u.completion)] {
-                (self.tokens)
-                    .get_or_create(&TokenLabels {
-                        model: model.clone(),
-                        upstream: u.upstream.to_string(),
-                        kind,
-                        source,
-                    })
-                    .add(count);
-            }
+            let mut series = TokenLabels {
+                model: model.clone(),
+                upstream: u.upstream.to_string(),
+                kind: "prompt",
+                source,
+            };
+            (self.tokens.get_or_create(&series)).add(u.prompt);
+            series.kind = "completion";
+            (self.tokens.get_or_create(&series)).add(u.completion);
         }
         (self.cancelled_tokens.get_or_create(&labels)).add(outcome.cancelled_tokens);
         (self.unselected_tokens.get_or_create(&labels)).add(outcome.unselected_tokens);
