@@ -230,21 +230,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
-
-    /// The lines a subscriber wrote.
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::test_log::Lines;
 
     /// Every kind of field, in a line's usual places and unusual ones.
     fn log_all() {
@@ -291,8 +277,7 @@ mod tests {
             false => Box::new(builder.finish()),
         };
         tracing::subscriber::with_default(subscriber, log_all);
-        let bytes = out.0.lock().unwrap().clone();
-        String::from_utf8(bytes).unwrap()
+        out.text()
     }
 
     #[test]

@@ -38,40 +38,16 @@ pub(crate) fn split_object(bytes: &Bytes) -> Result<Fields, NotAnObject> {
         let _: &RawValue = serde_json::from_slice(bytes).map_err(NotAnObject::Json)?;
         return Err(NotAnObject::Type);
     }
-    let mut parser = serde_json::Deserializer::from_slice(bytes);
-    let fields = serde::de::DeserializeSeed::deserialize(Split(bytes), &mut parser)
-        .and_then(|fields| parser.end().map(|()| fields))
-        .map_err(NotAnObject::Json)?;
-    Ok(fields)
-}
-
-/// The top-level fields read straight into [`Fields`], each a slice of the body (as a map
-/// of raw values would read them, with no map of its own between).
-struct Split<'b>(&'b Bytes);
-
-impl<'de> serde::de::DeserializeSeed<'de> for Split<'_> {
-    type Value = Fields;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, parser: D) -> Result<Fields, D::Error> {
-        parser.deserialize_map(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for Split<'_> {
-    type Value = Fields;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a map")
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Fields, A::Error> {
-        let mut fields = Fields::new();
-        while let Some(key) = map.next_key::<String>()? {
-            // Borrowed from the body: its bytes' place in it.
-            let value: &'de RawValue = map.next_value()?;
-            fields.insert(key, self.0.slice_ref(value.get().as_bytes()));
-        }
-        Ok(fields)
+    // Read straight into the map (a field sent twice: its last), each value a slice of the
+    // body.
+    let mut fields = Fields::new();
+    let read = choicewise_partial_json::for_each_raw_field(bytes, |key, value| {
+        fields.insert(key.to_owned(), bytes.slice_ref(value.get().as_bytes()));
+        Ok::<(), std::convert::Infallible>(())
+    });
+    match read.map_err(NotAnObject::Json)? {
+        Ok(()) => Ok(fields),
+        Err(never) => match never {},
     }
 }
 

@@ -1117,13 +1117,7 @@ fn ignores_max_tokens() -> String {
 
 /// What `key` used of its first limit, as `GET /v1/key` says, and the whole answer.
 async fn key_usage(client: &reqwest::Client, addr: SocketAddr, key: &str) -> (u64, Value) {
-    let r = client
-        .get(format!("http://{addr}/v1/key"))
-        .bearer_auth(key)
-        .send()
-        .await
-        .unwrap();
-    let own: Value = r.json().await.unwrap();
+    let (_, own) = get_with(client, addr, "/v1/key", key).await;
     (own["usage"][0]["used"].as_u64().unwrap(), own)
 }
 
