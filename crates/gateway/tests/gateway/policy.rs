@@ -281,28 +281,36 @@ async fn a_models_deadline_is_a_ceiling_a_request_may_lower() {
     );
     let (addr, _) = serve(&toml, no_env).await;
     let user = json!([{"role": "user", "content": "hi"}]);
-    for (ext, at_least, under) in [
-        // Dropped or raised: the model's 1.5 s stays.
-        (json!({"samples": 2, "select": "vote"}), 1.5, 10.0),
-        (json!({"deadline_ms": 60000}), 1.5, 10.0),
-        (json!({"deadline_ms": null}), 1.5, 10.0),
-        // Lowered: the request's.
-        (json!({"deadline_ms": 300}), 0.3, 1.4),
-    ] {
-        let body = json!({"model": "m", "messages": user, "choicewise": ext});
-        let started = Instant::now();
-        let r = within(
-            LIMIT,
-            "the answer",
-            post_to(addr, "/v1/chat/completions", &body),
-        )
-        .await;
-        let took = started.elapsed().as_secs_f64();
-        assert_eq!(r.status(), 200, "{ext}");
-        let v: Value = r.json().await.unwrap();
-        assert_eq!(v["choices"][0]["message"]["content"], "fine", "{ext}: {v}");
-        assert!(took >= at_least && took < under, "{ext}: {took} s");
-    }
+    // The four requests at once, each timed from its own start: each waits on its own
+    // stalled sample.
+    futures::future::join_all(
+        [
+            // Dropped or raised: the model's 1.5 s stays.
+            (json!({"samples": 2, "select": "vote"}), 1.5, 10.0),
+            (json!({"deadline_ms": 60000}), 1.5, 10.0),
+            (json!({"deadline_ms": null}), 1.5, 10.0),
+            // Lowered: the request's.
+            (json!({"deadline_ms": 300}), 0.3, 1.4),
+        ]
+        .map(|(ext, at_least, under)| {
+            let body = json!({"model": "m", "messages": user, "choicewise": ext});
+            async move {
+                let started = Instant::now();
+                let r = within(
+                    LIMIT,
+                    "the answer",
+                    post_to(addr, "/v1/chat/completions", &body),
+                )
+                .await;
+                let took = started.elapsed().as_secs_f64();
+                assert_eq!(r.status(), 200, "{ext}");
+                let v: Value = r.json().await.unwrap();
+                assert_eq!(v["choices"][0]["message"]["content"], "fine", "{ext}: {v}");
+                assert!(took >= at_least && took < under, "{ext}: {took} s");
+            }
+        }),
+    )
+    .await;
 }
 
 #[test]
