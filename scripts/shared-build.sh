@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # Checks that the README's main command (`cargo run -p choicewise-cli`) and its test command
-# (`cargo test --workspace`) build every third-party crate with the same features, so that the
-# tests reuse the main command's build instead of compiling those crates a second time.
+# (`cargo test --workspace`) build every crate with the same features, so that the tests reuse
+# the main command's build instead of compiling those crates a second time.
 #
 #   scripts/shared-build.sh     # exit 1, naming each crate whose features differ
 #
 # A crate listed needs a pin in crates/cli/Cargo.toml (the "Feature pins" there). The
-# workspace's own crates are left out: the tests turn on core's test-only features
-# (`fault-injection`, `diagnostics`), so those few are compiled twice by design.
+# workspace's own crates are checked too: a feature the tests turn on in core (its test hooks)
+# would otherwise compile every crate above it twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 features() {
-  # One line per crate: "name version|features", without the workspace's own crates.
+  # One line per crate: "name version|features" (a workspace crate's path left out).
   cargo tree "$@" -f '{p}|{f}' --prefix none 2>/dev/null | sed 's/ (\*)//; s/ (proc-macro)//' \
-    | grep -v '(/' | sort -u
+    | sed 's| (/[^)]*)||' | sort -u
 }
 main=$(mktemp); tests=$(mktemp)
 trap 'rm -f "$main" "$tests"' EXIT
