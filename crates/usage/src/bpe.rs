@@ -87,9 +87,13 @@ pub(crate) fn linear_count(bytes: usize) -> u64 {
     bytes.div_ceil(4) as u64
 }
 
+mod ascii;
+
 /// One encoding's pre-tokenizer and merge ranks.
 pub(crate) struct Bpe {
     pieces: Regex,
+    /// The same pre-tokenizer on a text that is all ASCII, without the regex.
+    ascii: ascii::Pattern,
     ranks: FxHashMap<Vec<u8>, Rank>,
     /// Which of a thread's search states is this pre-tokenizer's.
     cache_slot: usize,
@@ -99,24 +103,39 @@ impl Bpe {
     /// The process's o200k_base tokenizer, built on the first call.
     pub(crate) fn o200k_base() -> &'static Bpe {
         static O200K: OnceLock<Bpe> = OnceLock::new();
-        O200K.get_or_init(|| Bpe::new(0, O200K_PIECES, O200K_RANKS, 199_998))
+        O200K.get_or_init(|| Bpe::new(0, O200K_PIECES, ascii::Pattern::O200k, O200K_RANKS, 199_998))
     }
 
     /// The process's cl100k_base tokenizer, built on the first call.
     pub(crate) fn cl100k_base() -> &'static Bpe {
         static CL100K: OnceLock<Bpe> = OnceLock::new();
-        CL100K.get_or_init(|| Bpe::new(1, CL100K_PIECES, CL100K_RANKS, 100_256))
+        CL100K.get_or_init(|| {
+            Bpe::new(
+                1,
+                CL100K_PIECES,
+                ascii::Pattern::Cl100k,
+                CL100K_RANKS,
+                100_256,
+            )
+        })
     }
 
-    /// The pre-tokenizer from `pieces`, and the ranks of the ordinary tokens written in
-    /// `table` by the build script (`expected` of them).
-    fn new(cache_slot: usize, pieces: &str, table: &[u8], expected: usize) -> Bpe {
+    /// The pre-tokenizer from `pieces` (`ascii` on ASCII text), and the ranks of the ordinary
+    /// tokens written in `table` by the build script (`expected` of them).
+    fn new(
+        cache_slot: usize,
+        pieces: &str,
+        ascii: ascii::Pattern,
+        table: &[u8],
+        expected: usize,
+    ) -> Bpe {
         let pieces = Regex::new_many(&[pieces, r"\s+\s", r"\s+"])
             .expect("the pre-tokenizer's patterns are valid");
         let ranks = ranks_of(table, expected);
         debug_assert_eq!(ranks.len(), expected, "the build script's table");
         let bpe = Bpe {
             pieces,
+            ascii,
             ranks,
             cache_slot,
         };
@@ -128,6 +147,9 @@ impl Bpe {
 
     /// The number of tokens of `text`: `encode_ordinary(text).len()` of tiktoken.
     pub(crate) fn count(&self, text: &str) -> u64 {
+        if text.is_ascii() {
+            return self.count_ascii(text.as_bytes());
+        }
         thread_local! {
             /// Each thread's search state for each encoding's pre-tokenizer (no shared pool),
             /// on the heap: a thread-local's own block is static TLS, of which a library
@@ -148,21 +170,34 @@ impl Bpe {
     }
 
     fn count_with(&self, cache: &mut Cache, text: &str) -> u64 {
+        self.count_pieces(text.as_bytes(), |start| {
+            self.regex_piece_end(cache, text, start)
+        })
+    }
+
+    /// [`Bpe::count`] of a text that is all ASCII: its pieces found by [`ascii::Pattern`].
+    fn count_ascii(&self, text: &[u8]) -> u64 {
+        self.count_pieces(text, |start| self.ascii.piece_end(text, start))
+    }
+
+    /// The tokens of `text`'s pieces, each ending where `piece_end` says of its start.
+    fn count_pieces(&self, text: &[u8], mut piece_end: impl FnMut(usize) -> usize) -> u64 {
         let mut tokens = 0u64;
         let mut start = 0;
         while start < text.len() {
-            let end = self.piece_end(cache, text, start);
+            let end = piece_end(start);
             tokens += match end - start {
                 long if long > LONG_PIECE => linear_count(long),
-                _ => self.piece_tokens(&text.as_bytes()[start..end]),
+                _ => self.piece_tokens(&text[start..end]),
             };
             start = end;
         }
         tokens
     }
 
-    /// Where the piece starting at `start` (a character boundary before the end) ends.
-    fn piece_end(&self, cache: &mut Cache, text: &str, start: usize) -> usize {
+    /// Where the piece starting at `start` (a character boundary before the end) ends, by
+    /// the split pattern's regex.
+    fn regex_piece_end(&self, cache: &mut Cache, text: &str, start: usize) -> usize {
         let input = Input::new(text).range(start..).anchored(Anchored::Yes);
         match self.pieces.search_with(cache, &input) {
             Some(m) if m.pattern().as_usize() == RUN_BEFORE_NON_SPACE => {
