@@ -89,55 +89,54 @@ pub(crate) fn linear_count(bytes: usize) -> u64 {
 
 mod ascii;
 
+/// Which encoding's split pattern: its regex ([`Split::regex`]), its scan of an ASCII text
+/// (`ascii.rs`) and its place among a thread's search states (the discriminant).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Split {
+    O200k = 0,
+    Cl100k = 1,
+}
+
+impl Split {
+    fn regex(self) -> &'static str {
+        match self {
+            Split::O200k => O200K_PIECES,
+            Split::Cl100k => CL100K_PIECES,
+        }
+    }
+}
+
 /// One encoding's pre-tokenizer and merge ranks.
 pub(crate) struct Bpe {
     pieces: Regex,
-    /// The same pre-tokenizer on a text that is all ASCII, without the regex.
-    ascii: ascii::Pattern,
+    split: Split,
     ranks: FxHashMap<Vec<u8>, Rank>,
-    /// Which of a thread's search states is this pre-tokenizer's.
-    cache_slot: usize,
 }
 
 impl Bpe {
     /// The process's o200k_base tokenizer, built on the first call.
     pub(crate) fn o200k_base() -> &'static Bpe {
         static O200K: OnceLock<Bpe> = OnceLock::new();
-        O200K.get_or_init(|| Bpe::new(0, O200K_PIECES, ascii::Pattern::O200k, O200K_RANKS, 199_998))
+        O200K.get_or_init(|| Bpe::new(Split::O200k, O200K_RANKS, 199_998))
     }
 
     /// The process's cl100k_base tokenizer, built on the first call.
     pub(crate) fn cl100k_base() -> &'static Bpe {
         static CL100K: OnceLock<Bpe> = OnceLock::new();
-        CL100K.get_or_init(|| {
-            Bpe::new(
-                1,
-                CL100K_PIECES,
-                ascii::Pattern::Cl100k,
-                CL100K_RANKS,
-                100_256,
-            )
-        })
+        CL100K.get_or_init(|| Bpe::new(Split::Cl100k, CL100K_RANKS, 100_256))
     }
 
-    /// The pre-tokenizer from `pieces` (`ascii` on ASCII text), and the ranks of the ordinary
-    /// tokens written in `table` by the build script (`expected` of them).
-    fn new(
-        cache_slot: usize,
-        pieces: &str,
-        ascii: ascii::Pattern,
-        table: &[u8],
-        expected: usize,
-    ) -> Bpe {
-        let pieces = Regex::new_many(&[pieces, r"\s+\s", r"\s+"])
+    /// The pre-tokenizer of `split`, and the ranks of the ordinary tokens written in `table`
+    /// by the build script (`expected` of them).
+    fn new(split: Split, table: &[u8], expected: usize) -> Bpe {
+        let pieces = Regex::new_many(&[split.regex(), r"\s+\s", r"\s+"])
             .expect("the pre-tokenizer's patterns are valid");
         let ranks = ranks_of(table, expected);
         debug_assert_eq!(ranks.len(), expected, "the build script's table");
         let bpe = Bpe {
             pieces,
-            ascii,
+            split,
             ranks,
-            cache_slot,
         };
         // A first count here, at load, builds what the regex's first search builds, so that
         // the first count of a request does not.
@@ -159,7 +158,7 @@ impl Bpe {
         CACHES
             .try_with(|caches| match caches.try_borrow_mut() {
                 Ok(mut caches) => {
-                    let cache = caches[self.cache_slot]
+                    let cache = caches[self.split as usize]
                         .get_or_insert_with(|| Box::new(self.pieces.create_cache()));
                     self.count_with(cache, text)
                 }
@@ -175,9 +174,9 @@ impl Bpe {
         })
     }
 
-    /// [`Bpe::count`] of a text that is all ASCII: its pieces found by [`ascii::Pattern`].
+    /// [`Bpe::count`] of a text that is all ASCII: its pieces found by a scan, not the regex.
     fn count_ascii(&self, text: &[u8]) -> u64 {
-        self.count_pieces(text, |start| self.ascii.piece_end(text, start))
+        self.count_pieces(text, |start| self.split.ascii_piece_end(text, start))
     }
 
     /// The tokens of `text`'s pieces, each ending where `piece_end` says of its start.

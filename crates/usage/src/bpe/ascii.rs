@@ -1,6 +1,6 @@
 //! The pre-tokenizer's pieces of a text that is all ASCII, found by a scan of its bytes
-//! rather than a search of the split pattern: the same pieces, in a few instructions a byte
-//! where each regex search costs about a hundred (most of a short text's count).
+//! rather than a search of the split pattern's regex a piece: the same pieces, for less
+//! (docs/benchmarks.md has the gateway's figures).
 //!
 //! On ASCII the patterns' classes are plain: `\p{L}` is `[A-Za-z]` (`\p{Lu}` the capitals,
 //! `\p{Ll}` the small letters; no `\p{Lt}`, `\p{Lm}`, `\p{Lo}` or `\p{M}` character is
@@ -9,14 +9,7 @@
 //! then backtracking), the whitespace run before a non-space giving its last character back as
 //! the regex's `\s+\s` does. `tests::each_piece_is_the_regexs` holds it to the regex.
 
-/// Which encoding's split pattern.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Pattern {
-    /// cl100k_base's (`CL100K_PIECES`).
-    Cl100k,
-    /// o200k_base's (`O200K_PIECES`).
-    O200k,
-}
+use super::Split;
 
 /// `\s` on ASCII: the space and `\t`, `\n`, `\x0B`, `\x0C`, `\r` (`u8::is_ascii_whitespace`
 /// leaves out `\x0B`).
@@ -46,16 +39,16 @@ fn run(text: &[u8], mut i: usize, class: impl Fn(u8) -> bool) -> usize {
     i
 }
 
-impl Pattern {
+impl Split {
     /// Where the piece that starts at `start` ends (`start < text.len()`, `text` all ASCII):
     /// the end of the split pattern's match there (less the character a run of whitespace
     /// before a non-space gives back).
-    pub(crate) fn piece_end(self, text: &[u8], start: usize) -> usize {
+    pub(super) fn ascii_piece_end(self, text: &[u8], start: usize) -> usize {
         let at = |i: usize| text.get(i).copied();
         let c = text[start];
         let word = match self {
-            Pattern::Cl100k => cl100k_word(text, start),
-            Pattern::O200k => o200k_word(text, start),
+            Split::Cl100k => cl100k_word(text, start),
+            Split::O200k => o200k_word(text, start),
         };
         if let Some(end) = word {
             return end;
@@ -73,8 +66,8 @@ impl Pattern {
         if symbol(text[symbols]) {
             let end = run(text, symbols, symbol);
             return match self {
-                Pattern::Cl100k => run(text, end, newline),
-                Pattern::O200k => run(text, end, |b| newline(b) || b == b'/'),
+                Split::Cl100k => run(text, end, newline),
+                Split::O200k => run(text, end, |b| newline(b) || b == b'/'),
             };
         }
         // What is left starts a run of whitespace (every byte is a letter, a digit, a symbol
@@ -84,7 +77,7 @@ impl Pattern {
         match (self, last_newline) {
             // `\s+$` before `\s*[\r\n]` in cl100k_base, after `\s*[\r\n]+` in o200k_base:
             // each ends after the run's last newline.
-            (Pattern::Cl100k, _) if end == text.len() => end,
+            (Split::Cl100k, _) if end == text.len() => end,
             (_, Some(i)) => start + i + 1,
             _ if end == text.len() => end,
             // `\s+\s` less its last character, then `\s+` (one character).
@@ -113,34 +106,30 @@ fn cl100k_word(text: &[u8], start: usize) -> Option<usize> {
 /// small (`[^\r\n\p{L}\p{N}]?\p{Lu}*\p{Ll}+`), else of capitals then any small ones
 /// (`[^\r\n\p{L}\p{N}]?\p{Lu}+\p{Ll}*`), each with an optional contraction after it.
 fn o200k_word(text: &[u8], start: usize) -> Option<usize> {
-    // The two places a word may start from: after the one character before it, or here.
-    let from = |letters: usize| {
-        let prefix_ok = letters == start || before_word(text[start]);
-        (prefix_ok && letters < text.len()).then_some(letters)
-    };
-    let after = |end: usize| {
+    // Where a word's letters may start, in the regex's order: after the one character before
+    // them (`?` is greedy), or here. Each with where its capitals and its small letters end.
+    let words = [start + 1, start].map(|letters| {
+        let starts = letters == start || (letters < text.len() && before_word(text[start]));
+        let capitals = run(text, letters, |b| b.is_ascii_uppercase());
+        let smalls = run(text, capitals, |b| b.is_ascii_lowercase());
+        (starts, letters, capitals, smalls)
+    });
+    let with_contraction = |end: usize| {
         contraction(text, end, &[b"s", b"t", b"re", b"ve", b"m", b"ll", b"d"]).unwrap_or(end)
     };
-    let small_word = |letters: usize| {
-        let capitals = run(text, letters, |b| b.is_ascii_uppercase());
-        let smalls = run(text, capitals, |b| b.is_ascii_lowercase());
-        (smalls > capitals).then(|| after(smalls))
+    // The first alternative from either start (a small letter at least), then the second
+    // (a capital at least).
+    let first = words
+        .iter()
+        .find(|&&(starts, _, capitals, smalls)| starts && smalls > capitals);
+    let second = || {
+        words
+            .iter()
+            .find(|&&(starts, letters, capitals, _)| starts && capitals > letters)
     };
-    let capital_word = |letters: usize| {
-        let capitals = run(text, letters, |b| b.is_ascii_uppercase());
-        let smalls = run(text, capitals, |b| b.is_ascii_lowercase());
-        (capitals > letters).then(|| after(smalls))
-    };
-    [start + 1, start]
-        .into_iter()
-        .filter_map(from)
-        .find_map(small_word)
-        .or_else(|| {
-            [start + 1, start]
-                .into_iter()
-                .filter_map(from)
-                .find_map(capital_word)
-        })
+    first
+        .or_else(second)
+        .map(|&(_, _, _, smalls)| with_contraction(smalls))
 }
 
 /// `'` then the first of `suffixes` that follows it, case-insensitively: where it ends.
@@ -157,8 +146,7 @@ fn contraction(text: &[u8], at: usize, suffixes: &[&[u8]]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::Pattern;
-    use crate::bpe::Bpe;
+    use crate::bpe::{Bpe, Split};
 
     /// The characters the patterns tell apart on ASCII: small and capital letters (those of
     /// the contractions among them), digits, the apostrophe, each whitespace character, `/`
@@ -169,18 +157,18 @@ mod tests {
     /// four characters from [`ALPHABET`] and a thousand longer ones from it.
     #[test]
     fn each_piece_is_the_regexs() {
-        for (pattern, bpe) in [
-            (Pattern::Cl100k, Bpe::cl100k_base()),
-            (Pattern::O200k, Bpe::o200k_base()),
+        for (split, bpe) in [
+            (Split::Cl100k, Bpe::cl100k_base()),
+            (Split::O200k, Bpe::o200k_base()),
         ] {
             let mut cache = bpe.pieces.create_cache();
             let mut check = |text: &[u8]| {
                 let s = std::str::from_utf8(text).unwrap();
                 for start in 0..text.len() {
                     assert_eq!(
-                        pattern.piece_end(text, start),
+                        split.ascii_piece_end(text, start),
                         bpe.regex_piece_end(&mut cache, s, start),
-                        "{pattern:?} at {start} of {s:?}"
+                        "{split:?} at {start} of {s:?}"
                     );
                 }
             };
