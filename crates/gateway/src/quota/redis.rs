@@ -1,16 +1,20 @@
 //! The counts in Redis (`[state] redis_url`; Valkey speaks the same protocol): shared by
-//! every replica, kept across restarts. One Lua script per reservation and one per
-//! settlement, each atomic: a counter is a hash of its window's start (`s`, milliseconds of
+//! every replica, kept across restarts. One Lua script, `redis/counts.lua`, settles and
+//! reserves, atomically: a counter is a hash of its window's start (`s`, milliseconds of
 //! the Redis server's clock, so that the replicas' clocks do not matter) and its amount
 //! (`v`), expiring a second after its window ends.
 //!
 //! The connection is `redis`'s connection manager (it reconnects by itself), made on first
-//! use, inside the runtime. Settlements are made without waiting: queued (at most
+//! use, inside the runtime. Reservations are grouped into calls as a database groups
+//! commits ([`batch`]): one call at a time, each carrying every reservation that came while
+//! the one before was made. Settlements are made without waiting: queued (at most
 //! [`QUEUED`] requests' worth; past that one is dropped and counted as a failure), they ride
-//! with the next reservation (one script call for both, [`RESERVE`]), or, none coming
-//! within [`LINGER`], a task of the store's applies them, in batches of one script call
-//! each, under the same deadline. Settlements lost with a call (its error, or its caller's
-//! deadline dropping it) are counted as the store's failures, never silently.
+//! with the next reservations' call, or, none coming within [`LINGER`], a task of the
+//! store's applies them, in batches of one script call each, under the same deadline.
+//! Settlements lost with a call (its error, or its deadline) are counted as the store's
+//! failures, never silently.
+
+mod batch;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -23,125 +27,12 @@ use super::Health;
 use super::store::{Adjust, Charge, Peek, Seen, Store, StoreError, StoreFuture, Verdict, Window};
 use crate::config::ConfigError;
 
-/// The scripts' functions: Redis's clock in milliseconds; [`SETTLE`]'s rule over `count`
-/// counters from `KEYS[first + 1]`, their arguments from `ARGV[base + 1]`; and a
-/// reservation's ([`RESERVE`]), alike.
-const FUNCTIONS: &str = r"
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+/// The script: the settlements given, then the reservations, at one moment of Redis's
+/// clock; the rule is [`super::store::Memory`]'s (the script's opening comment says its
+/// arguments and answers).
+const COUNTS: &str = include_str!("redis/counts.lua");
 
-local function settle(now, first, count, base)
-  for i = 1, count do
-    local key = KEYS[first + i]
-    local a = base + 5 * (i - 1)
-    local start = tonumber(ARGV[a + 1])
-    local w = tonumber(ARGV[a + 2])
-    local s = tonumber(redis.call('HGET', key, 's'))
-    if s ~= nil and now >= s + w then
-      s = nil
-    end
-    if s ~= nil and s == start then
-      local v = redis.call('HINCRBY', key, 'v', ARGV[a + 5])
-      if v < 0 then
-        redis.call('HSET', key, 'v', 0)
-      end
-      if ARGV[a + 3] ~= '0' then
-        local h = redis.call('HINCRBY', key, 'h', '-' .. ARGV[a + 3])
-        if h < 0 then
-          redis.call('HSET', key, 'h', 0)
-        end
-      end
-    elseif s ~= nil then
-      redis.call('HINCRBY', key, 'v', ARGV[a + 4])
-    elseif ARGV[a + 4] ~= '0' then
-      redis.call('HSET', key, 's', string.format('%d', now), 'v', ARGV[a + 4], 'h', 0)
-      redis.call('PEXPIREAT', key, string.format('%d', now + w + 1000))
-    end
-  end
-end
-
-local function reserve(now, first, count, base)
-  local starts = {}
-  local fresh = {}
-  for i = 1, count do
-    local key = KEYS[first + i]
-    local a = base + 4 * (i - 1)
-    local w = tonumber(ARGV[a + 1])
-    local limit = tonumber(ARGV[a + 2])
-    local amount = tonumber(ARGV[a + 3])
-    local got = redis.call('HMGET', key, 's', 'v', 'h')
-    local s = tonumber(got[1])
-    local used = tonumber(got[2]) or 0
-    local held = tonumber(got[3]) or 0
-    if s == nil or now >= s + w then
-      s = now
-      used = 0
-      held = 0
-      fresh[i] = true
-    end
-    if used + amount > limit then
-      local in_flight = 0
-      if used - held + amount <= limit then
-        in_flight = 1
-      end
-      return {0, i - 1, s + w - now, used, in_flight}
-    end
-    starts[i] = s
-  end
-  local out = {1, now}
-  for i = 1, count do
-    local key = KEYS[first + i]
-    local a = base + 4 * (i - 1)
-    -- Counts are written as the decimal strings they came as: a Lua number written back
-    -- would be rounded to 14 digits.
-    local s = string.format('%d', starts[i])
-    local v = tonumber(ARGV[a + 3])
-    if fresh[i] then
-      redis.call('HSET', key, 's', s, 'v', ARGV[a + 3], 'h', ARGV[a + 4])
-      redis.call('PEXPIREAT', key, string.format('%d', starts[i] + tonumber(ARGV[a + 1]) + 1000))
-    else
-      v = redis.call('HINCRBY', key, 'v', ARGV[a + 3])
-      if ARGV[a + 4] ~= '0' then
-        redis.call('HINCRBY', key, 'h', ARGV[a + 4])
-      end
-    end
-    out[2 * i + 1] = starts[i]
-    out[2 * i + 2] = v
-  end
-  return out
-end
-";
-
-/// Settles each counter: in the window it was reserved in (`start`), what was held is
-/// replaced by what was used, never taking a count below 0; if that window ended since,
-/// what was used is charged to the current one, or begins one. The rule is
-/// [`super::store::Memory`]'s. Arguments per counter: start, window, held, used, and
-/// used - held (as decimal strings, so that no count is rounded).
-const SETTLE: &str = "settle(now_ms(), 0, #KEYS, 0) return 1";
-
-/// [`SETTLE`] for the first `ARGV[1]` counters (the settlements waiting, none or more, ride
-/// with the reservation), then the reservation of the rest, at one moment of Redis's clock:
-/// every charge checked against its counter's window, then all charged. Returns
-/// `{1, now, start, amount, start, amount...}` (each counter's window as the charge left
-/// it), or `{0, index, reset_ms, used, in_flight}` for the first that would pass its limit
-/// (`in_flight` 1 when the settled amount alone would have let it pass). A counter is
-/// a hash of its window's start (`s`), the amount charged in it (`v`) and the part of that
-/// held by requests in flight (`h`). Arguments per reserved counter: window, limit, amount,
-/// held. The rule is [`super::store::Memory`]'s.
-const RESERVE: &str = "
-local n = tonumber(ARGV[1])
-local now = now_ms()
-settle(now, 0, n, 1)
-return reserve(now, n, #KEYS - n, 1 + 5 * n)";
-
-/// A script of [`FUNCTIONS`] and `body`.
-fn script(body: &str) -> redis::Script {
-    redis::Script::new(&format!("{FUNCTIONS}\n{body}"))
-}
-
-/// The most requests' settlements waiting for the store's task.
+/// The most requests' settlements waiting for a call.
 const QUEUED: usize = 4096;
 
 /// The most requests' settlements applied by one script call.
@@ -176,14 +67,19 @@ impl Pending {
 }
 
 /// The counts in Redis.
-pub(crate) struct Redis {
+pub(crate) struct Redis(Arc<Shared>);
+
+/// What the store and the calls it groups share: a call may outlive the request that made
+/// it ([`batch`]).
+struct Shared {
     client: redis::Client,
     timeout: Duration,
     connection: OnceCell<ConnectionManager>,
-    reserve: redis::Script,
-    settle: Arc<redis::Script>,
+    script: Arc<redis::Script>,
     /// The settlements not applied yet.
     pending: Arc<Pending>,
+    /// The reservations waiting for a call.
+    calls: batch::Calls,
     /// Wakes the task that applies the settlements no reservation carried, once started.
     later: OnceLock<mpsc::Sender<()>>,
     health: OnceLock<Arc<Health>>,
@@ -194,37 +90,32 @@ impl Redis {
     pub(crate) fn new(url: &str, timeout: Duration) -> Result<Redis, ConfigError> {
         let client = crate::config::redis_client(url)
             .map_err(|e| ConfigError(format!("[state] redis_url: {e}")))?;
-        Ok(Redis {
+        Ok(Redis(Arc::new(Shared {
             client,
             timeout,
             connection: OnceCell::new(),
-            reserve: script(RESERVE),
-            settle: Arc::new(script(SETTLE)),
+            script: Arc::new(redis::Script::new(COUNTS)),
             pending: Arc::default(),
+            calls: batch::Calls::default(),
             later: OnceLock::new(),
             health: OnceLock::new(),
-        })
+        })))
     }
 
     /// Its failures and recoveries are told to `health`.
     pub(crate) fn watch(&self, health: Arc<Health>) {
-        let _ = self.health.set(health);
+        let _ = self.0.health.set(health);
     }
 
-    /// The connection manager, made on first use (inside the runtime). It connects when
-    /// first asked, and again by itself after a failure; each connection attempt and each
-    /// answer is bounded by the store's deadline.
+    /// The connection manager, made on first use (inside the runtime); each connection
+    /// attempt and each answer bounded by the store's deadline.
     pub(crate) async fn connection(&self) -> Result<ConnectionManager, StoreError> {
-        let manager = self
-            .connection
-            .get_or_try_init(|| async { manager(&self.client, self.timeout) })
-            .await?;
-        Ok(manager.clone())
+        self.0.connection().await
     }
 
     /// `PING`.
     pub(crate) async fn ping(&self) -> Result<(), String> {
-        let mut connection = self.connection().await.map_err(|e| e.0)?;
+        let mut connection = self.0.connection().await.map_err(|e| e.0)?;
         redis::cmd("PING")
             .query_async::<String>(&mut connection)
             .await
@@ -234,13 +125,26 @@ impl Redis {
 
     /// Whether the server is a Redis Cluster node (`INFO cluster`'s `cluster_enabled:1`).
     pub(crate) async fn is_cluster(&self) -> Result<bool, String> {
-        let mut connection = self.connection().await.map_err(|e| e.0)?;
+        let mut connection = self.0.connection().await.map_err(|e| e.0)?;
         let info: String = redis::cmd("INFO")
             .arg("cluster")
             .query_async(&mut connection)
             .await
             .map_err(|e| store_error(e).0)?;
         Ok(info.lines().any(|l| l.trim() == "cluster_enabled:1"))
+    }
+}
+
+impl Shared {
+    /// The connection manager, made on first use (inside the runtime). It connects when
+    /// first asked, and again by itself after a failure; each connection attempt and each
+    /// answer is bounded by the store's deadline.
+    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let manager = self
+            .connection
+            .get_or_try_init(|| async { manager(&self.client, self.timeout) })
+            .await?;
+        Ok(manager.clone())
     }
 
     /// The task that applies the settlements queued by [`Store::settle_later`] that no
@@ -258,13 +162,44 @@ impl Redis {
                 client: self.client.clone(),
                 connection: None,
                 timeout: self.timeout,
-                script: self.settle.clone(),
+                script: self.script.clone(),
                 health: self.health.get().cloned(),
                 pending: self.pending.clone(),
             };
             runtime.spawn(worker.run(receiver));
         }
         self.later.get()
+    }
+
+    /// One call: the settlements waiting, then `reservations`, each answered in order (a
+    /// refused one charges nothing); all answered with the call's error if it fails, or
+    /// finds no answer within the store's deadline.
+    async fn call(&self, reservations: &[&[Charge]]) -> Vec<Result<Verdict, StoreError>> {
+        let called = tokio::time::timeout(self.timeout, async {
+            let mut connection = self.connection().await?;
+            let carried = Carried {
+                adjusts: self.pending.take(),
+                health: self.health.get().map(|h| &**h),
+            };
+            let answer = counts_on(
+                &self.script,
+                &mut connection,
+                &carried.adjusts,
+                reservations,
+            );
+            let answer = answer.await;
+            carried.answered(answer.as_ref().err());
+            answer
+        });
+        let error = match called.await {
+            Ok(Ok(verdicts)) => return verdicts,
+            Ok(Err(e)) => e,
+            Err(_) => StoreError(format!(
+                "no answer within state_timeout_ms ({} ms)",
+                self.timeout.as_millis()
+            )),
+        };
+        vec![Err(error); reservations.len()]
     }
 }
 
@@ -286,39 +221,85 @@ fn store_error(e: redis::RedisError) -> StoreError {
     StoreError(format!("redis: {e}"))
 }
 
-/// Each charge's counter and arguments (window, limit, amount, held), for [`RESERVE`].
-fn reserve_arguments(invocation: &mut redis::ScriptInvocation<'_>, charges: &[Charge]) {
-    for c in charges {
-        invocation
-            .key(&*c.counter)
-            .arg(c.window_ms)
-            .arg(c.limit)
-            .arg(c.amount)
-            .arg(c.hold);
+/// Runs [`COUNTS`] on `connection`: `adjusts` applied, then each of `reservations` checked
+/// and charged, or refused; a verdict each, in order.
+async fn counts_on(
+    script: &redis::Script,
+    connection: &mut ConnectionManager,
+    adjusts: &[Adjust],
+    reservations: &[&[Charge]],
+) -> Result<Vec<Result<Verdict, StoreError>>, StoreError> {
+    let mut invocation = script.prepare_invoke();
+    let charged = reservations.iter().map(|r| r.len()).sum::<usize>();
+    let mut numbers =
+        Numbers::with_capacity(2 + reservations.len() + 4 * (adjusts.len() + charged));
+    numbers.push(adjusts.len() as u64);
+    numbers.push(reservations.len() as u64);
+    for charges in reservations {
+        numbers.push(charges.len() as u64);
     }
-}
-
-/// Each adjustment's counter and arguments (start, window, held, used, used - held), for
-/// [`SETTLE`].
-fn settle_arguments(invocation: &mut redis::ScriptInvocation<'_>, adjusts: &[Adjust]) {
     for a in adjusts {
-        let delta = i128::from(a.used) - i128::from(a.held);
-        invocation
-            .key(&*a.counter)
-            .arg(a.start)
-            .arg(a.window_ms)
-            .arg(a.held)
-            .arg(a.used)
-            .arg(delta.to_string());
+        invocation.key(&*a.counter);
+        numbers.extend([a.start, a.window_ms, a.held, a.used]);
+    }
+    for c in reservations.iter().copied().flatten() {
+        invocation.key(&*c.counter);
+        numbers.extend([c.window_ms, c.limit, c.amount, c.hold]);
+    }
+    invocation.arg(numbers.packed());
+    let answers: Vec<Vec<i64>> = invocation
+        .invoke_async(connection)
+        .await
+        .map_err(store_error)?;
+    if answers.len() != reservations.len() {
+        return Err(StoreError(format!(
+            "redis: the counts' script answered {} verdicts for {} reservations",
+            answers.len(),
+            reservations.len()
+        )));
+    }
+    Ok((answers.iter().zip(reservations))
+        .map(|(answer, charges)| verdict(answer, charges))
+        .collect())
+}
+
+/// The script's numbers, as one MessagePack array (the script's `ARGV[1]`): Redis's Lua
+/// reads it in one call, where each decimal string would be read by `strtod`.
+struct Numbers(Vec<u64>);
+
+impl Numbers {
+    fn with_capacity(n: usize) -> Numbers {
+        Numbers(Vec::with_capacity(n))
+    }
+
+    fn push(&mut self, n: u64) {
+        self.0.push(n);
+    }
+
+    fn extend(&mut self, n: impl IntoIterator<Item = u64>) {
+        self.0.extend(n);
+    }
+
+    /// The MessagePack array: `array 32` of each number as a positive fixint or `uint 64`.
+    fn packed(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(5 + 9 * self.0.len());
+        out.push(0xdd);
+        out.extend_from_slice(&(self.0.len() as u32).to_be_bytes());
+        for &n in &self.0 {
+            if n < 0x80 {
+                out.push(n as u8);
+            } else {
+                out.push(0xcf);
+                out.extend_from_slice(&n.to_be_bytes());
+            }
+        }
+        out
     }
 }
 
-/// The verdict a reservation of `charges` answered.
-fn verdict(
-    answer: redis::RedisResult<Vec<i64>>,
-    charges: &[Charge],
-) -> Result<Verdict, StoreError> {
-    match answer.map_err(store_error)?.as_slice() {
+/// The verdict the script answered for a reservation of `charges`.
+fn verdict(answer: &[i64], charges: &[Charge]) -> Result<Verdict, StoreError> {
+    match answer {
         [1, now, windows @ ..] if windows.len() == 2 * charges.len() => Ok(Verdict::Reserved {
             now: (*now).max(0) as u64,
             windows: (windows.chunks_exact(2))
@@ -335,44 +316,14 @@ fn verdict(
             in_flight: *in_flight == 1,
         }),
         other => Err(StoreError(format!(
-            "redis: the reservation script answered {other:?}"
+            "redis: the counts' script answered {other:?} for a reservation"
         ))),
     }
 }
 
-/// Runs [`RESERVE`] on `connection`: `adjusts` applied, then `charges` checked and
-/// charged.
-async fn reserve_on(
-    script: &redis::Script,
-    connection: &mut ConnectionManager,
-    adjusts: &[Adjust],
-    charges: &[Charge],
-) -> Result<Verdict, StoreError> {
-    let mut invocation = script.prepare_invoke();
-    invocation.arg(adjusts.len());
-    settle_arguments(&mut invocation, adjusts);
-    reserve_arguments(&mut invocation, charges);
-    verdict(invocation.invoke_async(connection).await, charges)
-}
-
-/// Runs [`SETTLE`] for `adjusts` on `connection`.
-async fn settle_on(
-    script: &redis::Script,
-    connection: &mut ConnectionManager,
-    adjusts: &[Adjust],
-) -> Result<(), StoreError> {
-    let mut invocation = script.prepare_invoke();
-    settle_arguments(&mut invocation, adjusts);
-    invocation
-        .invoke_async::<i64>(connection)
-        .await
-        .map(drop)
-        .map_err(store_error)
-}
-
-/// The settlements a reservation's call carries. Lost with the call (its error, or its
-/// caller's deadline dropping it before Redis answered), they are counted as a failed
-/// settlement, as a failed batch of the store's task is.
+/// The settlements a call carries. Lost with the call (its error, or its deadline dropping
+/// it before Redis answered), they are counted as a failed settlement, as a failed batch of
+/// the store's task is.
 struct Carried<'a> {
     adjusts: Vec<Adjust>,
     health: Option<&'a Health>,
@@ -392,7 +343,7 @@ impl Drop for Carried<'_> {
     fn drop(&mut self) {
         if let (Some(health), false) = (self.health, self.adjusts.is_empty()) {
             let e = StoreError(format!(
-                "{} settlements lost with a reservation dropped before Redis answered",
+                "{} settlements lost with a call dropped before Redis answered",
                 self.adjusts.len()
             ));
             health.failed("settle", &e);
@@ -404,22 +355,14 @@ impl Store for Redis {
     fn reserve<'a>(&'a self, charges: &'a [Charge]) -> StoreFuture<'a, Verdict> {
         Box::pin(async move {
             // The settlements' task runs before the first reservation is made.
-            self.later();
-            let mut connection = self.connection().await?;
-            let carried = Carried {
-                adjusts: self.pending.take(),
-                health: self.health.get().map(|h| &**h),
-            };
-            let verdict = reserve_on(&self.reserve, &mut connection, &carried.adjusts, charges);
-            let verdict = verdict.await;
-            carried.answered(verdict.as_ref().err());
-            verdict
+            self.0.later();
+            batch::reserve(&self.0, charges).await
         })
     }
 
     fn peek<'a>(&'a self, counters: &'a [Peek]) -> StoreFuture<'a, Seen> {
         Box::pin(async move {
-            let mut connection = self.connection().await?;
+            let mut connection = self.0.connection().await?;
             let script = redis::Script::new(PEEK);
             let mut call = script.prepare_invoke();
             for p in counters {
@@ -443,14 +386,14 @@ impl Store for Redis {
     }
 
     fn settle_later(&self, adjusts: Vec<Adjust>) {
-        let Some(later) = self.later() else {
+        let Some(later) = self.0.later() else {
             tracing::warn!("a settlement of the limits' counts was made outside the runtime: lost");
             return;
         };
-        if self.pending.push(adjusts) {
+        if self.0.pending.push(adjusts) {
             // The wake-up queue holds one: when it is full, the task is woken already.
             let _ = later.try_send(());
-        } else if let Some(health) = self.health.get() {
+        } else if let Some(health) = self.0.health.get() {
             health.failed(
                 "settle",
                 &StoreError(format!(
@@ -518,7 +461,9 @@ impl Settler {
         let Some(connection) = self.connection.as_mut() else {
             return Ok(());
         };
-        settle_on(&self.script, connection, adjusts).await
+        counts_on(&self.script, connection, adjusts, &[])
+            .await
+            .map(drop)
     }
 }
 
@@ -625,6 +570,223 @@ mod tests {
         Some((Ended(child), port, dir))
     }
 
+    /// A connection to the test's `redis-server` on `port`, once it answers.
+    async fn connected(port: u16) -> ConnectionManager {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match client.get_connection_manager().await {
+                Ok(c) => break c,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("redis-server did not answer: {e}"),
+            }
+        }
+    }
+
+    /// `adjusts` applied by a call of their own.
+    async fn settle(
+        script: &redis::Script,
+        connection: &mut ConnectionManager,
+        adjusts: &[Adjust],
+    ) -> Result<(), StoreError> {
+        counts_on(script, connection, adjusts, &[]).await.map(drop)
+    }
+
+    /// How many times Redis ran each command since its statistics were reset
+    /// (`INFO commandstats`), scripts' inner commands included, `CONFIG`'s and `INFO`'s
+    /// left out.
+    async fn commands_run(connection: &mut ConnectionManager) -> Vec<(String, u64)> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(connection)
+            .await
+            .unwrap();
+        let mut run: Vec<(String, u64)> = (info.lines())
+            .filter_map(|l| {
+                let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+                let calls = rest.split(',').next()?.parse().ok()?;
+                let ours = !name.starts_with("config") && name != "info";
+                ours.then(|| (name.to_owned(), calls))
+            })
+            .collect();
+        run.sort();
+        run
+    }
+
+    /// Redis's statistics of commands begun again.
+    async fn reset_commands(connection: &mut ConnectionManager) {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(connection)
+            .await
+            .unwrap();
+    }
+
+    /// A charge of `amount` (all of it held) on counter `slot` of `names`, a minute's window.
+    fn charge(names: &[&str], slot: usize, limit: u64, amount: u64) -> Charge {
+        Charge {
+            counter: Arc::from(names[slot]),
+            slot,
+            window_ms: 60_000,
+            limit,
+            amount,
+            hold: amount,
+        }
+    }
+
+    /// A call reads each counter it names once and writes it once, however many of the
+    /// settlements and reservations it carries name the same counters: Redis runs one
+    /// `HMGET` and one `HSET` a counter, not a command per settlement, charge and field.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_reads_and_writes_each_counter_once() {
+        let Some((_server, port, _dir)) = redis_server() else {
+            return;
+        };
+        let mut connection = connected(port).await;
+        let script = redis::Script::new(COUNTS);
+        let names = ["k:requests", "k:samples", "k:tokens"];
+        let charges: Vec<Charge> = (0..3).map(|i| charge(&names, i, 1_000, 10)).collect();
+        let first = counts_on(&script, &mut connection, &[], &[&charges]).await;
+        let Ok(Verdict::Reserved { windows, .. }) = first.unwrap().remove(0) else {
+            panic!("the first reservation was refused");
+        };
+        reset_commands(&mut connection).await;
+        // Four requests' settlements of the same three counters ride with three requests'
+        // reservations of them.
+        let adjusts: Vec<Adjust> = (0..4)
+            .flat_map(|_| charges.iter().zip(&windows))
+            .map(|(c, w)| Adjust {
+                counter: c.counter.clone(),
+                slot: c.slot,
+                start: w.start,
+                window_ms: c.window_ms,
+                held: 10,
+                used: 3,
+            })
+            .collect();
+        let each = [&charges[..], &charges[..], &charges[..]];
+        let verdicts = counts_on(&script, &mut connection, &adjusts, &each).await;
+        let amounts: Vec<Vec<u64>> = (verdicts.unwrap().into_iter())
+            .map(|v| match v {
+                Ok(Verdict::Reserved { windows, .. }) => windows.iter().map(|w| w.amount).collect(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        // 10 reserved; 4 settlements each giving back 7 of the 10 it held (the count
+        // floored at 0); then 10 more reserved three times, one after the other.
+        assert_eq!(
+            amounts,
+            [[10; 3], [20; 3], [30; 3]],
+            "the counts after each"
+        );
+        let run = commands_run(&mut connection).await;
+        let want: Vec<(String, u64)> = [("evalsha", 1), ("hmget", 3), ("hset", 3), ("time", 1)]
+            .map(|(name, calls)| (name.to_owned(), calls))
+            .into();
+        assert_eq!(run, want, "the commands of one call");
+    }
+
+    /// Reservations made at once through the store are grouped into fewer calls than
+    /// requests, and each is still checked after the ones before it: of 200 requests of
+    /// one unit against a limit of 120, exactly 120 are reserved.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reservations_made_at_once_share_calls_and_the_limit_holds() {
+        let Some((_server, port, _dir)) = redis_server() else {
+            return;
+        };
+        let mut connection = connected(port).await;
+        let store = Arc::new(
+            Redis::new(&format!("redis://127.0.0.1:{port}"), Duration::from_secs(5)).unwrap(),
+        );
+        reset_commands(&mut connection).await;
+        let names = ["k:requests"];
+        let tasks: Vec<_> = (0..200)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let charges = [charge(&["k:requests"], 0, 120, 1)];
+                    store.reserve(&charges).await
+                })
+            })
+            .collect();
+        let mut reserved = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(Verdict::Reserved { .. }) => reserved += 1,
+                Ok(Verdict::Refused { index: 0, .. }) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(reserved, 120, "reserved against a limit of 120");
+        let run = commands_run(&mut connection).await;
+        let calls = run.iter().find(|(n, _)| n == "evalsha" || n == "eval");
+        let calls = calls.map_or(0, |c| c.1);
+        eprintln!("200 reservations in {calls} calls");
+        assert!(
+            (1..200).contains(&calls),
+            "{calls} calls for 200 reservations"
+        );
+        let count: u64 = redis::cmd("HGET")
+            .arg(names[0])
+            .arg("v")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        assert_eq!(count, 120, "the counter");
+    }
+
+    /// Requests whose deadlines drop them while Redis does not answer (its clients paused)
+    /// leave no reservation waiting for ever: the calls they led go on without them, the
+    /// lead is handed on, and once Redis answers again a reservation is made at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_dropped_by_their_deadlines_leave_no_call_stuck() {
+        let Some((_server, port, _dir)) = redis_server() else {
+            return;
+        };
+        let mut connection = connected(port).await;
+        let store = Arc::new(
+            Redis::new(&format!("redis://127.0.0.1:{port}"), Duration::from_secs(5)).unwrap(),
+        );
+        let charges = [charge(&["k:requests"], 0, 1_000_000, 1)];
+        // The connection is made, and the script loaded, before Redis pauses.
+        assert!(matches!(
+            store.reserve(&charges).await,
+            Ok(Verdict::Reserved { .. })
+        ));
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(400)
+            .arg("WRITE")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let tasks: Vec<_> = (0..50)
+            .map(|i| {
+                let store = store.clone();
+                let charges = charges.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(i % 10)).await;
+                    let deadline = Duration::from_millis(20 + 5 * (i % 7));
+                    tokio::time::timeout(deadline, store.reserve(&charges)).await
+                })
+            })
+            .collect();
+        for task in tasks {
+            assert!(
+                task.await.unwrap().is_err(),
+                "Redis is paused: the deadline passes"
+            );
+        }
+        let after = tokio::time::timeout(Duration::from_secs(3), store.reserve(&charges)).await;
+        assert!(
+            matches!(after, Ok(Ok(Verdict::Reserved { .. }))),
+            "a reservation after the pause: {after:?}"
+        );
+    }
+
     /// Redis's clock, in milliseconds.
     async fn redis_now(connection: &mut ConnectionManager) -> u64 {
         let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(connection).await.unwrap();
@@ -665,20 +827,9 @@ mod tests {
         let Some((_server, port, _dir)) = redis_server() else {
             return;
         };
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let mut connection = loop {
-            match client.get_connection_manager().await {
-                Ok(c) => break c,
-                Err(e) if std::time::Instant::now() < deadline => {
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Err(e) => panic!("redis-server did not answer: {e}"),
-            }
-        };
-        let (reserve, settle) = (script(RESERVE), script(SETTLE));
-        // The scripts read Redis's clock, the in-process store is given Redis's `TIME` read
+        let mut connection = connected(port).await;
+        let script = redis::Script::new(COUNTS);
+        // The script reads Redis's clock, the in-process store is given Redis's `TIME` read
         // after each call: the windows are an hour long, so that no window ends between the
         // two, and a window is replaced by hand (its counters deleted in both) to settle
         // reservations late, into the windows that follow.
@@ -702,65 +853,79 @@ mod tests {
         let (mut reserved, mut refused, mut in_flight) = (0, 0, 0);
         for op in 0..10_000 {
             if open.is_empty() || next(3) != 0 {
-                // A reservation of 1 to 3 counters, each 1 to 4, held or not.
-                let mut chosen: Vec<usize> = (0..3).filter(|_| next(2) == 0).collect();
-                if chosen.is_empty() {
-                    chosen.push(next(3) as usize);
-                }
-                let charges: Vec<Charge> = (chosen.iter())
-                    .map(|&i| {
-                        let amount = 1 + next(4);
-                        Charge {
-                            counter: Arc::from(names[i]),
-                            slot: i,
-                            window_ms: window,
-                            limit: limits[i],
-                            amount,
-                            hold: if next(4) == 0 { 0 } else { amount },
+                // One to three reservations in one call, each of 1 to 3 counters, each 1 to
+                // 4, held or not.
+                let group = 1 + next(3);
+                let reservations: Vec<Vec<Charge>> = (0..group)
+                    .map(|_| {
+                        let mut chosen: Vec<usize> = (0..3).filter(|_| next(2) == 0).collect();
+                        if chosen.is_empty() {
+                            chosen.push(next(3) as usize);
                         }
+                        (chosen.iter())
+                            .map(|&i| {
+                                let amount = 1 + next(4);
+                                Charge {
+                                    counter: Arc::from(names[i]),
+                                    slot: i,
+                                    window_ms: window,
+                                    limit: limits[i],
+                                    amount,
+                                    hold: if next(4) == 0 { 0 } else { amount },
+                                }
+                            })
+                            .collect()
                     })
                     .collect();
-                // The settlements waiting ride with it, settled first.
+                // The settlements waiting ride with them, settled first.
                 let adjusts: Vec<Adjust> = carried.iter().map(|c| c.0.clone()).collect();
-                let by_redis = reserve_on(&reserve, &mut connection, &adjusts, &charges).await;
+                let each: Vec<&[Charge]> = reservations.iter().map(|r| &r[..]).collect();
+                let by_redis = counts_on(&script, &mut connection, &adjusts, &each).await;
                 let by_redis = by_redis.unwrap();
+                assert_eq!(by_redis.len(), reservations.len(), "op {op}");
                 let now = redis_now(&mut connection).await;
                 let carried_in_memory: Vec<Adjust> = carried.drain(..).map(|c| c.1).collect();
                 memory.apply_at(&carried_in_memory, 0);
-                let by_memory = memory.reserve_at(&charges, now);
-                match (&by_memory, &by_redis) {
-                    (
-                        Verdict::Reserved { windows: m, .. },
-                        Verdict::Reserved { windows: r, .. },
-                    ) => {
-                        let amounts = |w: &[Window]| w.iter().map(|w| w.amount).collect::<Vec<_>>();
-                        assert_eq!(amounts(m), amounts(r), "op {op}: {charges:?}");
-                        reserved += 1;
-                        open.push(
-                            (charges.iter().zip(r).zip(m))
-                                .map(|((c, r), m)| (c.slot, r.start, m.start, c.hold))
-                                .collect(),
-                        );
+                for (charges, by_redis) in reservations.iter().zip(by_redis) {
+                    let by_redis = by_redis.unwrap();
+                    let by_memory = memory.reserve_at(charges, now);
+                    match (&by_memory, &by_redis) {
+                        (
+                            Verdict::Reserved { windows: m, .. },
+                            Verdict::Reserved { windows: r, .. },
+                        ) => {
+                            let amounts =
+                                |w: &[Window]| w.iter().map(|w| w.amount).collect::<Vec<_>>();
+                            assert_eq!(amounts(m), amounts(r), "op {op}: {charges:?}");
+                            reserved += 1;
+                            open.push(
+                                (charges.iter().zip(r).zip(m))
+                                    .map(|((c, r), m)| (c.slot, r.start, m.start, c.hold))
+                                    .collect(),
+                            );
+                        }
+                        (
+                            Verdict::Refused {
+                                index: a,
+                                used: u,
+                                in_flight: x,
+                                ..
+                            },
+                            Verdict::Refused {
+                                index: b,
+                                used: v,
+                                in_flight: y,
+                                ..
+                            },
+                        ) => {
+                            assert_eq!((a, u, x), (b, v, y), "op {op}: {charges:?}");
+                            refused += 1;
+                            in_flight += usize::from(*x);
+                        }
+                        _ => {
+                            panic!("op {op}: memory {by_memory:?}, redis {by_redis:?}, {charges:?}")
+                        }
                     }
-                    (
-                        Verdict::Refused {
-                            index: a,
-                            used: u,
-                            in_flight: x,
-                            ..
-                        },
-                        Verdict::Refused {
-                            index: b,
-                            used: v,
-                            in_flight: y,
-                            ..
-                        },
-                    ) => {
-                        assert_eq!((a, u, x), (b, v, y), "op {op}: {charges:?}");
-                        refused += 1;
-                        in_flight += usize::from(*x);
-                    }
-                    _ => panic!("op {op}: memory {by_memory:?}, redis {by_redis:?}, {charges:?}"),
                 }
             } else {
                 // Settle one of the open reservations, using 0 to what it held (or more).
@@ -783,7 +948,7 @@ mod tests {
                     // Left for the next reservation to carry.
                     carried.extend(adjusts(true, &used).into_iter().zip(adjusts(false, &used)));
                 } else {
-                    settle_on(&settle, &mut connection, &adjusts(true, &used))
+                    settle(&script, &mut connection, &adjusts(true, &used))
                         .await
                         .unwrap();
                     memory.apply_at(&adjusts(false, &used), 0);
@@ -793,9 +958,7 @@ mod tests {
                 // What no reservation carried is applied on its own (as the store's task
                 // does).
                 let (in_redis, in_memory): (Vec<Adjust>, Vec<Adjust>) = carried.drain(..).unzip();
-                settle_on(&settle, &mut connection, &in_redis)
-                    .await
-                    .unwrap();
+                settle(&script, &mut connection, &in_redis).await.unwrap();
                 memory.apply_at(&in_memory, 0);
             }
             if op % 40 == 39 {
@@ -821,9 +984,7 @@ mod tests {
                         })
                         .collect()
                 };
-                settle_on(&settle, &mut connection, &late(true))
-                    .await
-                    .unwrap();
+                settle(&script, &mut connection, &late(true)).await.unwrap();
                 let now = redis_now(&mut connection).await;
                 fresh.apply_at(&late(false), now);
                 open.clear();
