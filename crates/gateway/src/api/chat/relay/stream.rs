@@ -112,10 +112,17 @@ struct State {
     created: Vec<u8>,
     /// The output against its bound of tokens, if it has one (the general path's count).
     bound: Option<TokenCount>,
+    /// The bound's tokens: as many bytes of elements may be kept unparsed (each element's
+    /// bytes are at least its texts', each token at least a byte), 0 without a bound.
+    room: u64,
+    /// The elements' texts are counted against the bound as they come: their bytes passed
+    /// [`State::room`].
+    counting: bool,
     /// The output's texts so far, when a bound counts them as they come.
     texts: String,
-    /// Without a bound, the choice's elements as they came, one after the other: their
-    /// texts are read only if the upstream reports no usage (its estimate).
+    /// Until the bound counts the texts as they come (without a bound, to the end), the
+    /// choice's elements as they came, one after the other: their texts are read only if
+    /// needed (the bound, or the upstream reporting no usage: its estimate).
     elements: Vec<u8>,
     finish: Option<String>,
     /// The finish was the gateway's, at the bound of tokens.
@@ -156,6 +163,8 @@ impl ChatRelay {
                 model: json(&envelope.model),
                 created: envelope.created.to_string().into_bytes(),
                 bound: bound.map(TokenCount::new),
+                room: bound.map_or(0, |b| b.max),
+                counting: false,
                 texts: String::new(),
                 elements: Vec::new(),
                 finish: None,
@@ -248,14 +257,8 @@ impl ChatRelay {
     /// The output's texts (its tokens' estimate when none were reported): those counted
     /// against its bound, or read now from its elements.
     pub(crate) fn texts(&mut self) -> &str {
-        let state = &mut self.state;
-        let elements = std::mem::take(&mut state.elements);
-        let choices = serde_json::Deserializer::from_slice(&elements).into_iter::<Choice>();
-        // Read as far as they parse: an element that does not is the client's as it came.
-        for choice in choices.map_while(Result::ok) {
-            state.take(&choice);
-        }
-        &state.texts
+        self.state.take_elements();
+        &self.state.texts
     }
 
     /// Whether the gateway finished the choice at its bound of tokens.
@@ -367,9 +370,10 @@ impl State {
                 continue;
             }
             let element = &data[choice.range.clone()];
-            // Without a bound, an element is kept as it came and parsed only for its
-            // finish (and, at the end, for its texts if the upstream reports no usage).
-            let counted = self.bound.is_some();
+            // Until the texts are counted against a bound (without one, to the end), an
+            // element is kept as it came and parsed only for its finish (and, later, for
+            // its texts if they are needed).
+            let counted = self.bound.is_some() && (self.counting || self.count_from(element));
             if !counted {
                 self.elements.extend_from_slice(element.as_bytes());
                 if !choice.finishes {
@@ -417,6 +421,28 @@ impl State {
             return ControlFlow::Break(());
         }
         ControlFlow::Continue(())
+    }
+
+    /// Whether the texts are counted against the bound from `element` on: once the
+    /// elements' bytes pass it, the texts of those kept so far are taken first.
+    fn count_from(&mut self, element: &str) -> bool {
+        let kept = (self.elements.len() + element.len()) as u64;
+        if kept <= self.room {
+            return false;
+        }
+        self.take_elements();
+        self.counting = true;
+        true
+    }
+
+    /// Takes the texts of the elements kept so far, as far as they parse: an element that
+    /// does not is the client's as it came.
+    fn take_elements(&mut self) {
+        let elements = std::mem::take(&mut self.elements);
+        let choices = serde_json::Deserializer::from_slice(&elements).into_iter::<Choice>();
+        for choice in choices.map_while(Result::ok) {
+            self.take(&choice);
+        }
     }
 
     /// Takes a choice's texts into the output: whether it passes its bound now.
@@ -684,6 +710,16 @@ mod tests {
         let (text, relay) = relayed(&[up.as_bytes()], Some(30));
         assert_eq!(data(&text).len(), 10);
         assert!(!relay.at_bound() && !relay.finished());
+        // 100 words in about 250 bytes an update, against 600: the first two updates are
+        // kept unparsed (their bytes cannot pass it), the third's bytes pass it and the
+        // three are counted (300 words), then each as it comes: the seventh passes.
+        let up: String = (0..10).map(|_| chunk(&" a".repeat(100))).collect();
+        let (text, mut relay) = relayed(&[up.as_bytes()], Some(600));
+        let chunks = data(&text);
+        assert_eq!(chunks.len(), 8, "{text}");
+        assert_eq!(chunks[7]["choices"][0]["finish_reason"], "length");
+        assert!(relay.at_bound());
+        assert_eq!(words(relay.texts()), 700);
     }
 
     #[test]
