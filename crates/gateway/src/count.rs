@@ -27,7 +27,7 @@ async fn under_key(
     gw: &Gateway,
     caller: &Caller,
     model: &str,
-    rate: &mut Vec<(&'static str, String)>,
+    rate: &mut crate::error::Headers,
 ) -> Result<Option<Reservation>, ApiError> {
     caller.allows(model)?;
     let quota = &gw.inner.quota;
@@ -64,7 +64,7 @@ pub(crate) async fn count_tokens(
     let mut label = String::new();
     let mut rate = Vec::new();
     let mut response = count_tokens_answer(&gw, request, &mut label, &mut rate).await;
-    crate::error::with_headers(&mut response, &rate);
+    crate::error::with_headers(&mut response, rate);
     (response.extensions_mut()).insert(layers::ModelLabel(label));
     response
 }
@@ -74,7 +74,7 @@ async fn count_tokens_answer(
     gw: &Gateway,
     request: axum::extract::Request,
     label: &mut String,
-    rate: &mut Vec<(&'static str, String)>,
+    rate: &mut crate::error::Headers,
 ) -> Response {
     let arrived = Instant::now();
     let caller = caller_of(&request);
@@ -247,7 +247,7 @@ pub(crate) async fn api_count<A: ClientApi>(
     let mut label = String::new();
     let mut rate = Vec::new();
     let mut response = api_count_answer::<A>(&gw, request, &mut label, &mut rate).await;
-    crate::error::with_headers(&mut response, &rate);
+    crate::error::with_headers(&mut response, rate);
     (response.extensions_mut()).insert(layers::ModelLabel(label));
     response
 }
@@ -257,7 +257,7 @@ async fn api_count_answer<A: ClientApi>(
     gw: &Gateway,
     request: axum::extract::Request,
     label: &mut String,
-    rate: &mut Vec<(&'static str, String)>,
+    rate: &mut crate::error::Headers,
 ) -> Response {
     let caller = caller_of(&request);
     let scanned = request.extensions().get::<Scan>().cloned();

@@ -23,19 +23,21 @@ pub(crate) struct ApiError {
     pub headers: Option<Box<OwnHeaders>>,
 }
 
+/// Headers of an answer's own, made once (a limited key's `x-ratelimit-*`).
+pub(crate) type Headers = Vec<(axum::http::HeaderName, axum::http::HeaderValue)>;
+
 /// `headers` written on `response` (a limited key's `x-ratelimit-*`: an error's own, or an
-/// answer's from its reservation); a value that is not a header's is left out.
-pub(crate) fn with_headers(response: &mut Response, headers: &[(&'static str, String)]) {
+/// answer's from its reservation).
+pub(crate) fn with_headers(response: &mut Response, headers: Headers) {
+    let map = response.headers_mut();
     for (name, value) in headers {
-        if let Ok(value) = axum::http::HeaderValue::from_str(value) {
-            response.headers_mut().insert(*name, value);
-        }
+        map.insert(name, value);
     }
 }
 
 /// An error's headers of its own, behind one pointer in [`ApiError`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct OwnHeaders(pub Vec<(&'static str, String)>);
+pub(crate) struct OwnHeaders(pub Headers);
 
 impl ApiError {
     pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
@@ -73,7 +75,7 @@ impl ApiError {
     }
 
     /// With these headers of its own.
-    pub fn headers(mut self, headers: Vec<(&'static str, String)>) -> Self {
+    pub fn headers(mut self, headers: Headers) -> Self {
         self.headers = (!headers.is_empty()).then(|| Box::new(OwnHeaders(headers)));
         self
     }
@@ -84,7 +86,7 @@ impl ApiError {
             (response.headers_mut()).insert(axum::http::header::RETRY_AFTER, wait.into());
         }
         if let Some(own) = &self.headers {
-            with_headers(response, &own.0);
+            with_headers(response, own.0.clone());
         }
     }
 

@@ -98,7 +98,7 @@ pub(crate) async fn answer<A: ClientApi>(
             .insert("x-choicewise-tries", count.into());
     }
     // A limited key's answer says what is left of its limits.
-    crate::error::with_headers(&mut response, &rate);
+    crate::error::with_headers(&mut response, rate);
     response.extensions_mut().insert(label);
     response
 }
@@ -120,7 +120,7 @@ fn parses_inline(len: usize, scan: Option<&Scan>) -> bool {
 struct Learned<A: ClientApi> {
     asked: Option<Asked>,
     kept: Option<A::Reply>,
-    rate: Vec<(&'static str, String)>,
+    rate: crate::error::Headers,
 }
 
 /// A request planned and its limits reserved, ready for its samples.

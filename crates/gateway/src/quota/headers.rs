@@ -1,6 +1,23 @@
 //! The `x-ratelimit-*` headers of a limited key's answer, as OpenAI names and writes them.
 
+use axum::http::{HeaderName, HeaderValue};
+
 use crate::config::{RateLimit, Resource};
+use crate::error::Headers;
+
+/// The headers' names, made once.
+const NAMES: [[HeaderName; 3]; 2] = [
+    [
+        HeaderName::from_static("x-ratelimit-limit-requests"),
+        HeaderName::from_static("x-ratelimit-remaining-requests"),
+        HeaderName::from_static("x-ratelimit-reset-requests"),
+    ],
+    [
+        HeaderName::from_static("x-ratelimit-limit-tokens"),
+        HeaderName::from_static("x-ratelimit-remaining-tokens"),
+        HeaderName::from_static("x-ratelimit-reset-tokens"),
+    ],
+];
 
 /// The `x-ratelimit-*` headers of a limited key's answer, as OpenAI names them: for requests
 /// and for tokens, the limit that binds most (the least left) of those the request met, what
@@ -45,31 +62,18 @@ impl RateHeaders {
     /// The headers' names and values: `x-ratelimit-limit-requests`,
     /// `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests` (a duration as OpenAI
     /// writes it: `1s`, `6m0s`, `20ms`), and the same for `-tokens`.
-    pub(crate) fn into_pairs(self) -> Vec<(&'static str, String)> {
-        let mut pairs = Vec::new();
-        let each = [
-            (
-                self.requests,
-                [
-                    "x-ratelimit-limit-requests",
-                    "x-ratelimit-remaining-requests",
-                    "x-ratelimit-reset-requests",
-                ],
-            ),
-            (
-                self.tokens,
-                [
-                    "x-ratelimit-limit-tokens",
-                    "x-ratelimit-remaining-tokens",
-                    "x-ratelimit-reset-tokens",
-                ],
-            ),
-        ];
-        for (left, [limit, remaining, reset]) in each {
+    pub(crate) fn into_pairs(self) -> Headers {
+        let mut pairs = Vec::with_capacity(6);
+        for (left, [limit, remaining, reset]) in [self.requests, self.tokens].into_iter().zip(NAMES)
+        {
             if let Some(left) = left {
-                pairs.push((limit, left.limit.to_string()));
-                pairs.push((remaining, left.remaining.to_string()));
-                pairs.push((reset, duration_text(left.reset_ms)));
+                let reset_at = duration_text(left.reset_ms);
+                pairs.push((limit, HeaderValue::from(left.limit)));
+                pairs.push((remaining, HeaderValue::from(left.remaining)));
+                // Digits and letters: always a header's value.
+                if let Ok(value) = HeaderValue::try_from(reset_at) {
+                    pairs.push((reset, value));
+                }
             }
         }
         pairs

@@ -675,7 +675,7 @@ pub(crate) struct Reservation {
 
 impl Reservation {
     /// The `x-ratelimit-*` headers this reservation leaves ([`RateHeaders`]).
-    pub(crate) fn rate_headers(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn rate_headers(&self) -> crate::error::Headers {
         self.rate.clone().into_pairs()
     }
 
@@ -744,17 +744,19 @@ mod tests {
             ]
             .into_iter(),
         );
-        assert_eq!(
-            rate.into_pairs(),
-            [
-                ("x-ratelimit-limit-requests", "3".to_string()),
-                ("x-ratelimit-remaining-requests", "2".to_string()),
-                ("x-ratelimit-reset-requests", "20ms".to_string()),
-                ("x-ratelimit-limit-tokens", "1000".to_string()),
-                ("x-ratelimit-remaining-tokens", "10".to_string()),
-                ("x-ratelimit-reset-tokens", "1h2m3s".to_string()),
-            ]
-        );
+        let pairs: Vec<(String, String)> = (rate.into_pairs().into_iter())
+            .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
+            .collect();
+        let want = [
+            ("x-ratelimit-limit-requests", "3".to_string()),
+            ("x-ratelimit-remaining-requests", "2".to_string()),
+            ("x-ratelimit-reset-requests", "20ms".to_string()),
+            ("x-ratelimit-limit-tokens", "1000".to_string()),
+            ("x-ratelimit-remaining-tokens", "10".to_string()),
+            ("x-ratelimit-reset-tokens", "1h2m3s".to_string()),
+        ]
+        .map(|(name, value)| (name.to_owned(), value));
+        assert_eq!(pairs, want);
         assert_eq!(duration_text(360_000), "6m0s");
         assert_eq!(duration_text(41_001), "42s");
     }
