@@ -231,13 +231,9 @@ async fn counts_on(
 ) -> Result<Vec<Result<Verdict, StoreError>>, StoreError> {
     let mut invocation = script.prepare_invoke();
     let charged = reservations.iter().map(|r| r.len()).sum::<usize>();
-    let mut numbers =
-        Numbers::with_capacity(2 + reservations.len() + 4 * (adjusts.len() + charged));
-    numbers.push(adjusts.len() as u64);
-    numbers.push(reservations.len() as u64);
-    for charges in reservations {
-        numbers.push(charges.len() as u64);
-    }
+    let mut numbers = Vec::with_capacity(2 + reservations.len() + 4 * (adjusts.len() + charged));
+    numbers.extend([adjusts.len() as u64, reservations.len() as u64]);
+    numbers.extend(reservations.iter().map(|r| r.len() as u64));
     for a in adjusts {
         invocation.key(&*a.counter);
         numbers.extend([a.start, a.window_ms, a.held, a.used]);
@@ -246,7 +242,7 @@ async fn counts_on(
         invocation.key(&*c.counter);
         numbers.extend([c.window_ms, c.limit, c.amount, c.hold]);
     }
-    invocation.arg(numbers.packed());
+    invocation.arg(packed(&numbers));
     let answers: Vec<Vec<i64>> = invocation
         .invoke_async(connection)
         .await
@@ -263,38 +259,22 @@ async fn counts_on(
         .collect())
 }
 
-/// The script's numbers, as one MessagePack array (the script's `ARGV[1]`): Redis's Lua
-/// reads it in one call, where each decimal string would be read by `strtod`.
-struct Numbers(Vec<u64>);
-
-impl Numbers {
-    fn with_capacity(n: usize) -> Numbers {
-        Numbers(Vec::with_capacity(n))
-    }
-
-    fn push(&mut self, n: u64) {
-        self.0.push(n);
-    }
-
-    fn extend(&mut self, n: impl IntoIterator<Item = u64>) {
-        self.0.extend(n);
-    }
-
-    /// The MessagePack array: `array 32` of each number as a positive fixint or `uint 64`.
-    fn packed(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(5 + 9 * self.0.len());
-        out.push(0xdd);
-        out.extend_from_slice(&(self.0.len() as u32).to_be_bytes());
-        for &n in &self.0 {
-            if n < 0x80 {
-                out.push(n as u8);
-            } else {
-                out.push(0xcf);
-                out.extend_from_slice(&n.to_be_bytes());
-            }
+/// `numbers` as one MessagePack array (the script's `ARGV[1]`: Redis's Lua reads it in one
+/// call, where it reads each decimal string with `strtod`): `array 32`, then each number as
+/// a positive fixint or a `uint 64`.
+fn packed(numbers: &[u64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + 9 * numbers.len());
+    out.push(0xdd);
+    out.extend_from_slice(&(numbers.len() as u32).to_be_bytes());
+    for &n in numbers {
+        if n < 0x80 {
+            out.push(n as u8);
+        } else {
+            out.push(0xcf);
+            out.extend_from_slice(&n.to_be_bytes());
         }
-        out
     }
+    out
 }
 
 /// The verdict the script answered for a reservation of `charges`.
@@ -508,6 +488,16 @@ mod tests {
         assert_eq!(failed(), 1, "lost with the call's error");
         drop(carried(vec![adjust(), adjust()]));
         assert_eq!(failed(), 2, "lost with the call dropped");
+    }
+
+    /// The numbers go as MessagePack: an `array 32`, small ones as fixints, others as
+    /// `uint 64` (a window's start in milliseconds, a count up to 2^53).
+    #[test]
+    fn the_numbers_are_packed_as_messagepack() {
+        let mut want = vec![0xdd, 0, 0, 0, 3, 0, 127, 0xcf];
+        want.extend_from_slice(&1_796_013_333_915_u64.to_be_bytes());
+        assert_eq!(packed(&[0, 127, 1_796_013_333_915]), want);
+        assert_eq!(packed(&[]), [0xdd, 0, 0, 0, 0]);
     }
 
     #[test]
