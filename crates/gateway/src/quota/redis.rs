@@ -576,6 +576,12 @@ mod tests {
         }
     }
 
+    /// The store on the test's `redis-server` on `port`, its calls bounded by 5 s.
+    fn store_on(port: u16) -> Arc<Redis> {
+        let url = format!("redis://127.0.0.1:{port}");
+        Arc::new(Redis::new(&url, Duration::from_secs(5)).unwrap())
+    }
+
     /// `adjusts` applied by a call of their own.
     async fn settle(
         script: &redis::Script,
@@ -688,18 +694,14 @@ mod tests {
             return;
         };
         let mut connection = connected(port).await;
-        let store = Arc::new(
-            Redis::new(&format!("redis://127.0.0.1:{port}"), Duration::from_secs(5)).unwrap(),
-        );
+        let store = store_on(port);
         reset_commands(&mut connection).await;
         let names = ["k:requests"];
         let tasks: Vec<_> = (0..200)
             .map(|_| {
                 let store = store.clone();
-                tokio::spawn(async move {
-                    let charges = [charge(&["k:requests"], 0, 120, 1)];
-                    store.reserve(&charges).await
-                })
+                let charges = [charge(&names, 0, 120, 1)];
+                tokio::spawn(async move { store.reserve(&charges).await })
             })
             .collect();
         let mut reserved = 0;
@@ -737,9 +739,7 @@ mod tests {
             return;
         };
         let mut connection = connected(port).await;
-        let store = Arc::new(
-            Redis::new(&format!("redis://127.0.0.1:{port}"), Duration::from_secs(5)).unwrap(),
-        );
+        let store = store_on(port);
         let charges = [charge(&["k:requests"], 0, 1_000_000, 1)];
         // The connection is made, and the script loaded, before Redis pauses.
         assert!(matches!(
