@@ -257,7 +257,8 @@ impl ChatRelay {
     /// The output's texts (its tokens' estimate when none were reported): those counted
     /// against its bound, or read now from its elements.
     pub(crate) fn texts(&mut self) -> &str {
-        self.state.take_elements();
+        // Read as far as they parse: an element that does not is the client's as it came.
+        let _ = self.state.take_elements();
         &self.state.texts
     }
 
@@ -373,7 +374,18 @@ impl State {
             // Until the texts are counted against a bound (without one, to the end), an
             // element is kept as it came and parsed only for its finish (and, later, for
             // its texts if they are needed).
-            let counted = self.bound.is_some() && (self.counting || self.count_from(element));
+            let counted = match self.bound.is_some() && !self.counting {
+                true => match self.count_from(element) {
+                    Ok(counted) => counted,
+                    // An element kept unparsed is not a choice: the answer fails there, as
+                    // it would have as it came, rather than pass its bound uncounted.
+                    Err(e) => {
+                        self.invalid_update(line, &e);
+                        return ControlFlow::Break(());
+                    }
+                },
+                false => self.bound.is_some(),
+            };
             if !counted {
                 self.elements.extend_from_slice(element.as_bytes());
                 if !choice.finishes {
@@ -383,13 +395,7 @@ impl State {
             let choice: Choice = match serde_json::from_str(element) {
                 Ok(choice) => choice,
                 Err(e) => {
-                    let offset = self.offset;
-                    self.fail(Error::from(ErrorDetail::InvalidUpdate {
-                        choice: 0,
-                        line,
-                        offset,
-                        message: e.to_string(),
-                    }));
+                    self.invalid_update(line, &e);
                     return ControlFlow::Break(());
                 }
             };
@@ -423,26 +429,37 @@ impl State {
         ControlFlow::Continue(())
     }
 
-    /// Whether the texts are counted against the bound from `element` on: once the
-    /// elements' bytes pass it, the texts of those kept so far are taken first.
-    fn count_from(&mut self, element: &str) -> bool {
-        let kept = (self.elements.len() + element.len()) as u64;
-        if kept <= self.room {
-            return false;
-        }
-        self.take_elements();
-        self.counting = true;
-        true
+    /// The choice's update at `line` is not one: the answer fails there.
+    fn invalid_update(&mut self, line: u64, e: &serde_json::Error) {
+        let offset = self.offset;
+        self.fail(Error::from(ErrorDetail::InvalidUpdate {
+            choice: 0,
+            line,
+            offset,
+            message: e.to_string(),
+        }));
     }
 
-    /// Takes the texts of the elements kept so far, as far as they parse: an element that
-    /// does not is the client's as it came.
-    fn take_elements(&mut self) {
-        let elements = std::mem::take(&mut self.elements);
-        let choices = serde_json::Deserializer::from_slice(&elements).into_iter::<Choice>();
-        for choice in choices.map_while(Result::ok) {
-            self.take(&choice);
+    /// Whether the texts are counted against the bound from `element` on: once the
+    /// elements' bytes pass it, the texts of those kept so far are taken first (an error
+    /// if one of them is not a choice).
+    fn count_from(&mut self, element: &str) -> Result<bool, serde_json::Error> {
+        let kept = (self.elements.len() + element.len()) as u64;
+        if kept <= self.room {
+            return Ok(false);
         }
+        self.counting = true;
+        self.take_elements().map(|()| true)
+    }
+
+    /// Takes the texts of the elements kept so far, up to the first that is not a choice
+    /// (its error).
+    fn take_elements(&mut self) -> Result<(), serde_json::Error> {
+        let elements = std::mem::take(&mut self.elements);
+        for choice in serde_json::Deserializer::from_slice(&elements).into_iter::<Choice>() {
+            self.take(&choice?);
+        }
+        Ok(())
     }
 
     /// Takes a choice's texts into the output: whether it passes its bound now.
@@ -720,6 +737,23 @@ mod tests {
         assert_eq!(chunks[7]["choices"][0]["finish_reason"], "length");
         assert!(relay.at_bound());
         assert_eq!(words(relay.texts()), 700);
+        // An update kept unparsed that is not a choice's (its content a number) fails the
+        // answer once the updates are counted: the bound is never passed uncounted.
+        let wrong = "data: {\"id\":\"u\",\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":5},\"finish_reason\":null}]}\n\n";
+        let up: String = std::iter::once(wrong.to_string())
+            .chain((0..9).map(|_| chunk(&" a".repeat(100))))
+            .collect();
+        let (text, mut relay) = relayed(&[up.as_bytes()], Some(600));
+        // It and two updates fit the room unparsed; the fourth update passes it.
+        assert_eq!(
+            data(&text).len(),
+            3,
+            "relayed until the updates were counted: {text}"
+        );
+        let mut tail = Vec::new();
+        let (end, answer) = relay.end(None, Tail::default(), &mut tail);
+        assert!(end.why().unwrap().contains("invalid"), "{end}");
+        assert!(answer.failure().is_some() && !relay.at_bound());
     }
 
     #[test]
