@@ -211,3 +211,40 @@ impl Drop for Detached {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call takes the oldest waiting, at most what it is asked for, leaving out the
+    /// requests that gave up; the lead goes to the oldest still waiting, and with none,
+    /// no call is being made.
+    #[test]
+    fn a_call_takes_the_oldest_still_waiting_and_the_lead_goes_to_the_next() {
+        let calls = Calls::default();
+        assert!(calls.join(&[]).is_none(), "the first leads");
+        let mut told: Vec<_> = (0..RESERVATIONS + 10)
+            .map(|_| calls.join(&[]).expect("a call is being made: it waits"))
+            .collect();
+        // The first two gave up.
+        told.drain(..2);
+        let taken = calls.take(RESERVATIONS - 1);
+        assert_eq!(taken.len(), RESERVATIONS - 1);
+        assert!(taken.iter().all(|w| !w.turn.is_closed()));
+        drop(taken);
+        // Nine wait still: the oldest leads; once it gave up too, the next.
+        let (mut oldest, mut next) = (told.remove(RESERVATIONS - 1), told.remove(RESERVATIONS - 1));
+        calls.hand_off();
+        assert!(matches!(oldest.try_recv(), Ok(Turn::Lead)));
+        drop(oldest);
+        calls.hand_off();
+        assert!(matches!(next.try_recv(), Ok(Turn::Lead)));
+        told.clear();
+        calls.hand_off();
+        calls.hand_off();
+        assert!(
+            calls.join(&[]).is_none(),
+            "no call was being made: this one leads"
+        );
+    }
+}
