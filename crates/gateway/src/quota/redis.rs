@@ -16,7 +16,8 @@
 
 mod batch;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -229,52 +230,181 @@ async fn counts_on(
     adjusts: &[Adjust],
     reservations: &[&[Charge]],
 ) -> Result<Vec<Result<Verdict, StoreError>>, StoreError> {
+    let arguments = Arguments::of(adjusts, reservations);
     let mut invocation = script.prepare_invoke();
-    let charged = reservations.iter().map(|r| r.len()).sum::<usize>();
-    let mut numbers = Vec::with_capacity(2 + reservations.len() + 4 * (adjusts.len() + charged));
-    numbers.extend([adjusts.len() as u64, reservations.len() as u64]);
-    numbers.extend(reservations.iter().map(|r| r.len() as u64));
-    for a in adjusts {
-        invocation.key(&*a.counter);
-        numbers.extend([a.start, a.window_ms, a.held, a.used]);
+    for name in &arguments.keys {
+        invocation.key(*name);
     }
-    for c in reservations.iter().copied().flatten() {
-        invocation.key(&*c.counter);
-        numbers.extend([c.window_ms, c.limit, c.amount, c.hold]);
-    }
-    invocation.arg(packed(&numbers));
-    let answers: Vec<Vec<i64>> = invocation
+    invocation.arg(packed(&arguments.numbers));
+    let answer: Vec<u8> = invocation
         .invoke_async(connection)
         .await
         .map_err(store_error)?;
-    if answers.len() != reservations.len() {
-        return Err(StoreError(format!(
-            "redis: the counts' script answered {} verdicts for {} reservations",
-            answers.len(),
-            reservations.len()
-        )));
+    verdicts(&unpacked(&answer)?, reservations)
+}
+
+/// A call's arguments ([`COUNTS`]'s opening comment says them): each counter named once in
+/// `keys`, and the numbers, each settlement and charge naming its counter by its place.
+#[derive(Debug, PartialEq, Eq)]
+struct Arguments<'a> {
+    keys: Vec<&'a str>,
+    numbers: Vec<u64>,
+}
+
+impl<'a> Arguments<'a> {
+    /// The arguments of `adjusts`, then `reservations`. The settlements of one counter's
+    /// window go as one, their amounts added: the script applies that as it would apply
+    /// them in turn, since what a window's count gives back is never more than it holds.
+    fn of(adjusts: &'a [Adjust], reservations: &[&'a [Charge]]) -> Arguments<'a> {
+        let mut names = Places::default();
+        let mut keys = Vec::new();
+        let mut place = |slot: usize, name: &'a str| {
+            let (i, new) = names.place((slot, name));
+            if new {
+                keys.push(name);
+            }
+            1 + i as u64
+        };
+        let mut windows = Places::default();
+        let mut settled: Vec<[u64; 5]> = Vec::new();
+        for a in adjusts {
+            let at = place(a.slot, &a.counter);
+            match windows.place((at, a.start, a.window_ms)) {
+                (i, false) => {
+                    let s = &mut settled[i];
+                    s[3] = s[3].saturating_add(a.held);
+                    s[4] = s[4].saturating_add(a.used);
+                }
+                (_, true) => settled.push([at, a.start, a.window_ms, a.held, a.used]),
+            }
+        }
+        let charged = reservations.iter().map(|r| r.len()).sum::<usize>();
+        let mut numbers =
+            Vec::with_capacity(2 + 5 * settled.len() + reservations.len() + 5 * charged);
+        numbers.extend([settled.len() as u64, reservations.len() as u64]);
+        numbers.extend(settled.iter().flatten());
+        for charges in reservations {
+            numbers.push(charges.len() as u64);
+            for c in *charges {
+                let at = place(c.slot, &c.counter);
+                numbers.extend([at, c.window_ms, c.limit, c.amount, c.hold]);
+            }
+        }
+        Arguments { keys, numbers }
     }
-    Ok((answers.iter().zip(reservations))
-        .map(|(answer, charges)| verdict(answer, charges))
-        .collect())
+}
+
+/// Each distinct item's place, in the order first seen: found by a scan while they are few
+/// (a call names a few counters), by a map once they are many.
+struct Places<K> {
+    items: Vec<K>,
+    map: HashMap<K, usize>,
+}
+
+impl<K> Default for Places<K> {
+    fn default() -> Self {
+        Places {
+            items: Vec::new(),
+            map: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Copy + Eq + Hash> Places<K> {
+    /// The most items found by a scan.
+    const SCANNED: usize = 16;
+
+    /// `item`'s place, and whether it was new.
+    fn place(&mut self, item: K) -> (usize, bool) {
+        let found = if self.items.len() <= Self::SCANNED {
+            self.items.iter().position(|i| *i == item)
+        } else {
+            self.map.get(&item).copied()
+        };
+        if let Some(i) = found {
+            return (i, false);
+        }
+        let i = self.items.len();
+        self.items.push(item);
+        if self.items.len() == Self::SCANNED + 1 {
+            self.map = (self.items.iter().enumerate())
+                .map(|(i, k)| (*k, i))
+                .collect();
+        } else if self.items.len() > Self::SCANNED {
+            self.map.insert(item, i);
+        }
+        (i, true)
+    }
 }
 
 /// `numbers` as one MessagePack array (the script's `ARGV[1]`: Redis's Lua reads it in one
-/// call, where it reads each decimal string with `strtod`): `array 32`, then each number as
-/// a positive fixint or a `uint 64`.
+/// call, where it reads each decimal string with `strtod`), each number in its shortest form.
 fn packed(numbers: &[u64]) -> Vec<u8> {
     let mut out = Vec::with_capacity(5 + 9 * numbers.len());
-    out.push(0xdd);
-    out.extend_from_slice(&(numbers.len() as u32).to_be_bytes());
+    // Writing to a `Vec` cannot fail.
+    let _ = rmp::encode::write_array_len(&mut out, numbers.len() as u32);
     for &n in numbers {
-        if n < 0x80 {
-            out.push(n as u8);
-        } else {
-            out.push(0xcf);
-            out.extend_from_slice(&n.to_be_bytes());
-        }
+        let _ = rmp::encode::write_uint(&mut out, n);
     }
     out
+}
+
+/// The script's answer: one MessagePack array of integers.
+fn unpacked(answer: &[u8]) -> Result<Vec<i64>, StoreError> {
+    let bad = |what: String| {
+        StoreError(format!(
+            "redis: the counts' script answered {} bytes that are not an array of integers: {what}",
+            answer.len()
+        ))
+    };
+    let mut rest = answer;
+    let len = rmp::decode::read_array_len(&mut rest).map_err(|e| bad(e.to_string()))?;
+    // Each number takes a byte at least: a length past what is left is not believed.
+    let mut numbers = Vec::with_capacity((len as usize).min(rest.len()));
+    for i in 0..len {
+        let n = rmp::decode::read_int(&mut rest).map_err(|e| bad(format!("number {i}: {e}")))?;
+        numbers.push(n);
+    }
+    if !rest.is_empty() {
+        return Err(bad(format!("{} bytes after the array", rest.len())));
+    }
+    Ok(numbers)
+}
+
+/// The verdicts of `reservations` in the script's `answer`, in turn; an answer of
+/// another shape is the whole call's error.
+fn verdicts(
+    answer: &[i64],
+    reservations: &[&[Charge]],
+) -> Result<Vec<Result<Verdict, StoreError>>, StoreError> {
+    let mut rest = answer;
+    let mut verdicts = Vec::with_capacity(reservations.len());
+    for (i, charges) in reservations.iter().enumerate() {
+        let len = match rest.first() {
+            Some(1) => 2 + 2 * charges.len(),
+            Some(0) => 5,
+            _ => 0,
+        };
+        if len == 0 || rest.len() < len {
+            return Err(StoreError(format!(
+                "redis: the counts' script answered {:?} where reservation {} of {} had its verdict",
+                &rest[..rest.len().min(8)],
+                i + 1,
+                reservations.len()
+            )));
+        }
+        let (this, after) = rest.split_at(len);
+        verdicts.push(verdict(this, charges));
+        rest = after;
+    }
+    if !rest.is_empty() {
+        return Err(StoreError(format!(
+            "redis: the counts' script answered {} numbers more than {} verdicts",
+            rest.len(),
+            reservations.len()
+        )));
+    }
+    Ok(verdicts)
 }
 
 /// The verdict the script answered for a reservation of `charges`.
@@ -490,14 +620,123 @@ mod tests {
         assert_eq!(failed(), 2, "lost with the call dropped");
     }
 
-    /// The numbers go as MessagePack: an `array 32`, small ones as fixints, others as
-    /// `uint 64` (a window's start in milliseconds, a count up to 2^53).
+    /// The numbers go as MessagePack, each in its shortest form (a window's start in
+    /// milliseconds, a count up to 2^53 as `uint 64`), and the answer comes back the same
+    /// way; an answer that is not an array of integers is an error, not a guess.
     #[test]
-    fn the_numbers_are_packed_as_messagepack() {
-        let mut want = vec![0xdd, 0, 0, 0, 3, 0, 127, 0xcf];
+    fn the_numbers_go_and_come_as_messagepack() {
+        let mut want = vec![0x94, 0, 127, 0xcd, 0xea, 0x60, 0xcf];
         want.extend_from_slice(&1_796_013_333_915_u64.to_be_bytes());
-        assert_eq!(packed(&[0, 127, 1_796_013_333_915]), want);
-        assert_eq!(packed(&[]), [0xdd, 0, 0, 0, 0]);
+        assert_eq!(packed(&[0, 127, 60_000, 1_796_013_333_915]), want);
+        assert_eq!(packed(&[]), [0x90]);
+        let long: Vec<u64> = (0..20).collect();
+        assert_eq!(&packed(&long)[..3], [0xdc, 0, 20]);
+        assert_eq!(
+            unpacked(&want).unwrap(),
+            [0, 127, 60_000, 1_796_013_333_915]
+        );
+        // Lua's cmsgpack writes a negative integer as a signed one.
+        assert_eq!(unpacked(&[0x92, 0xff, 0xd0, 0x80]).unwrap(), [-1, -128]);
+        let e = unpacked(&[0x92, 1]).unwrap_err();
+        assert!(e.0.contains("number 1"), "{e}");
+        let e = unpacked(&[0x91, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0]).unwrap_err();
+        assert!(e.0.contains("not an array of integers"), "{e}");
+        let e = unpacked(&[0x91, 1, 2]).unwrap_err();
+        assert!(e.0.contains("1 bytes after the array"), "{e}");
+        let e = unpacked(b"OK").unwrap_err();
+        assert!(e.0.contains("2 bytes"), "{e}");
+        // A length no answer of this size could hold.
+        assert!(unpacked(&[0xdd, 0xff, 0xff, 0xff, 0xff]).is_err());
+    }
+
+    /// A call names each counter once, whoever names it; the settlements of one counter's
+    /// window go as one (their amounts added), those of another window on their own; each
+    /// settlement and charge names its counter by its place in the keys, from 1.
+    #[test]
+    fn a_call_names_each_counter_once_and_merges_a_windows_settlements() {
+        let adjust = |name: &str, slot, start, held, used| Adjust {
+            counter: Arc::from(name),
+            slot,
+            start,
+            window_ms: 60_000,
+            held,
+            used,
+        };
+        let adjusts = [
+            adjust("k:tokens", 2, 1_000, 300, 250),
+            adjust("k:samples", 1, 1_000, 1, 1),
+            adjust("k:tokens", 2, 1_000, 300, 120),
+            adjust("k:tokens", 2, 61_000, 300, 7),
+            adjust("k:samples", 1, 1_000, 1, 0),
+        ];
+        let names = ["k:requests", "k:samples", "k:tokens"];
+        let mut first = vec![charge(&names, 0, 9, 1), charge(&names, 2, 5_000, 300)];
+        first[0].hold = 0;
+        let second = [charge(&names, 2, 5_000, 200)];
+        let arguments = Arguments::of(&adjusts, &[&first, &second]);
+        assert_eq!(arguments.keys, ["k:tokens", "k:samples", "k:requests"]);
+        #[rustfmt::skip]
+        let want = vec![
+            3, 2,
+            1, 1_000, 60_000, 600, 370,
+            2, 1_000, 60_000, 2, 1,
+            1, 61_000, 60_000, 300, 7,
+            2, 3, 60_000, 9, 1, 0, 1, 60_000, 5_000, 300, 300,
+            1, 1, 60_000, 5_000, 200, 200,
+        ];
+        assert_eq!(arguments.numbers, want);
+
+        // Past the scan's reach the map finds them: 40 counters named twice each.
+        let many: Vec<String> = (0..40).map(|i| format!("k:{i}")).collect();
+        let many: Vec<&str> = many.iter().map(|n| &n[..]).collect();
+        let charges: Vec<Charge> = (0..80).map(|i| charge(&many, i % 40, 9, 1)).collect();
+        let arguments = Arguments::of(&[], &[&charges]);
+        assert_eq!(arguments.keys, many);
+        let places: Vec<u64> = arguments.numbers[3..].chunks(5).map(|c| c[0]).collect();
+        let want: Vec<u64> = (0..80).map(|i| 1 + i % 40).collect();
+        assert_eq!(places, want);
+    }
+
+    /// The script's flat answer is read a verdict at a time, each as long as its kind
+    /// says; an answer short of one, or with numbers left over, fails the call.
+    #[test]
+    fn the_answer_is_read_a_verdict_at_a_time() {
+        let names = ["k:a", "k:b"];
+        let two = [charge(&names, 0, 9, 1), charge(&names, 1, 9, 1)];
+        let one = [charge(&names, 0, 9, 1)];
+        let answer = [1, 50, 40, 3, 45, 4, 0, 1, 900, 9, 1, 1, 50, 40, 4];
+        let got = verdicts(&answer, &[&two, &two, &one]).unwrap();
+        let windows = |w: &[(u64, u64)]| -> Vec<Window> {
+            w.iter()
+                .map(|&(start, amount)| Window { start, amount })
+                .collect()
+        };
+        assert_eq!(
+            got,
+            [
+                Ok(Verdict::Reserved {
+                    now: 50,
+                    windows: windows(&[(40, 3), (45, 4)])
+                }),
+                Ok(Verdict::Refused {
+                    index: 1,
+                    reset_ms: 900,
+                    used: 9,
+                    in_flight: true
+                }),
+                Ok(Verdict::Reserved {
+                    now: 50,
+                    windows: windows(&[(40, 4)])
+                }),
+            ]
+        );
+        let e = verdicts(&answer[..14], &[&two, &two, &one]).unwrap_err();
+        assert!(e.0.contains("reservation 3 of 3"), "{e}");
+        let e = verdicts(&answer, &[&two, &two]).unwrap_err();
+        assert!(e.0.contains("4 numbers more than 2 verdicts"), "{e}");
+        let e = verdicts(&[7, 1, 2], &[&one]).unwrap_err();
+        assert!(e.0.contains("[7, 1, 2] where reservation 1 of 1"), "{e}");
+        assert_eq!(verdicts(&[], &[]).unwrap(), []);
     }
 
     #[test]

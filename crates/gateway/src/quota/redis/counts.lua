@@ -1,141 +1,130 @@
 -- The limits' counts (crates/gateway/src/quota/redis.rs): settlements, then reservations,
 -- at one moment of Redis's clock, in one atomic call.
 --
--- KEYS: the settled counters, then each reservation's counters in turn.
+-- KEYS: the counters the call names, each once.
 -- ARGV[1]: a MessagePack array of numbers (Redis reads them far faster than decimal
--- strings): [1] the settlements' count; [2] the reservations' count R; [3 .. 2 + R] each
--- reservation's counters' count; then 4 numbers a settlement (its window's start, the
--- window's length, what it held, what it used), then 4 a charge (the window's length, the
--- limit, the amount, what of it is held).
+-- strings): [1] the settlements' count; [2] the reservations' count; then 5 numbers a
+-- settlement (its counter's place in KEYS, its window's start, the window's length, what it
+-- held, what it used); then each reservation: its charges' count, then 5 numbers a charge
+-- (its counter's place in KEYS, the window's length, the limit, the amount, what of it is
+-- held).
 --
--- Returns one verdict a reservation, in order: {1, now, start, amount, start, amount...}
--- (each counter's window as the charge left it), or {0, index, reset_ms, used, in_flight}
--- for the first of its counters that would pass its limit (`in_flight` 1 when the settled
--- amount alone would have let it pass); a refused reservation charges nothing, and the
+-- Returns one MessagePack array, each reservation's verdict in turn: 1, now, then each counter's
+-- window as the charge left it (start, amount); or 0, index, reset_ms, used, in_flight for
+-- the first of its counters that would pass its limit (`in_flight` 1 when the settled
+-- amount alone would have let it pass). A refused reservation charges nothing, and the
 -- next is checked as if it had not come.
 --
 -- A counter is a hash of its window's start (`s`), the amount charged in it (`v`) and the
 -- part of that held by requests in flight (`h`), expiring a second after its window ends.
--- The rule is the in-process store's (store.rs). A call reads each counter it names once
--- and writes each one it changed once, however many settlements and charges name it: a
--- `redis.call` costs Redis more than the command itself (docs/benchmarks.md). The counts
--- are Lua numbers (doubles), exact since a limit is at most 2^53; they are written with
--- '%d', never rounded to `tostring`'s 14 digits.
+-- The rule is the in-process store's (store.rs). A call reads each counter once and writes
+-- each one it changed once, however many settlements and charges name it: a `redis.call`
+-- costs Redis more than the command itself, a key more than a number, and a nested
+-- answer more than a flat one; a packed answer costs Redis no more than an array of
+-- integers, and the gateway far less to read (docs/benchmarks.md). The counts are Lua numbers (doubles),
+-- exact since a limit is at most 2^53; they are written with '%d', never rounded to
+-- `tostring`'s 14 digits.
 
 local n = cmsgpack.unpack(ARGV[1])
-local settles = n[1]
-local reservations = n[2]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- Each counter read: seen[key] = {start or nil, amount, held, changed, expiry or false};
--- seen[1..] the keys in the order first read.
-local seen = {}
-local function read(key)
-  local c = seen[key]
-  if c == nil then
-    local got = redis.call('HMGET', key, 's', 'v', 'h')
-    c = {tonumber(got[1]), tonumber(got[2]) or 0, tonumber(got[3]) or 0, false, false}
-    seen[key] = c
-    seen[#seen + 1] = key
-  end
-  return c
+-- Each counter by its place in KEYS: its window's start (false for none), amount and held
+-- part, whether the call changed it, and its new expiry (false to keep the one it has).
+local S, V, H, changed, expiry = {}, {}, {}, {}, {}
+for k = 1, #KEYS do
+  local got = redis.call('HMGET', KEYS[k], 's', 'v', 'h')
+  S[k] = tonumber(got[1]) or false
+  V[k] = tonumber(got[2]) or 0
+  H[k] = tonumber(got[3]) or 0
+  changed[k] = false
+  expiry[k] = false
 end
 
--- A window begun at `now` of length `w`, holding `amount`, `held` of it in flight.
-local function begin(c, w, amount, held)
-  c[1] = now
-  c[2] = amount
-  c[3] = held
-  c[4] = true
-  c[5] = now + w + 1000
+-- Counter `k`'s window begun at `now`, of length `w`, holding `amount`, `held` of it in
+-- flight.
+local function begin(k, w, amount, held)
+  S[k] = now
+  V[k] = amount
+  H[k] = held
+  changed[k] = true
+  expiry[k] = now + w + 1000
 end
 
-for i = 1, settles do
-  local c = read(KEYS[i])
-  local a = 2 + reservations + 4 * (i - 1)
-  local start = n[a + 1]
-  local w = n[a + 2]
-  local held = n[a + 3]
-  local used = n[a + 4]
-  local s = c[1]
-  if s ~= nil and now < s + w then
+local a = 3
+for _ = 1, n[1] do
+  local k, start, w, held, used = n[a], n[a + 1], n[a + 2], n[a + 3], n[a + 4]
+  local s = S[k]
+  if s and now < s + w then
     if s == start then
-      c[2] = math.max(c[2] + used - held, 0)
-      c[3] = math.max(c[3] - held, 0)
+      V[k] = math.max(V[k] + used - held, 0)
+      H[k] = math.max(H[k] - held, 0)
     else
-      c[2] = c[2] + used
+      V[k] = V[k] + used
     end
-    c[4] = true
+    changed[k] = true
   elseif used ~= 0 then
-    begin(c, w, used, 0)
+    begin(k, w, used, 0)
   end
+  a = a + 5
 end
 
-local out = {}
-local key = settles
-local a = 2 + reservations + 4 * settles
-for r = 1, reservations do
-  local count = n[2 + r]
-  local refused = nil
+local out, o = {}, 0
+for _ = 1, n[2] do
+  local count = n[a]
+  a = a + 1
+  local refused = false
+  local b = a
   for i = 1, count do
-    local c = read(KEYS[key + i])
-    local b = a + 4 * (i - 1)
-    local w = n[b + 1]
-    local limit = n[b + 2]
-    local amount = n[b + 3]
-    local s, used, held = c[1], c[2], c[3]
-    if s == nil or now >= s + w then
-      s = now
-      used = 0
-      held = 0
+    local k, w, limit, amount = n[b], n[b + 1], n[b + 2], n[b + 3]
+    local s, used, held = S[k], V[k], H[k]
+    if not s or now >= s + w then
+      s, used, held = now, 0, 0
     end
     if used + amount > limit then
       local in_flight = 0
       if used - held + amount <= limit then
         in_flight = 1
       end
-      refused = {0, i - 1, s + w - now, used, in_flight}
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] =
+        0, i - 1, s + w - now, used, in_flight
+      o = o + 5
+      refused = true
       break
     end
+    b = b + 5
   end
-  if refused == nil then
-    local verdict = {1, now}
-    for i = 1, count do
-      local c = seen[KEYS[key + i]]
-      local b = a + 4 * (i - 1)
-      local w = n[b + 1]
-      local amount = n[b + 3]
-      local hold = n[b + 4]
-      if c[1] == nil or now >= c[1] + w then
-        begin(c, w, amount, hold)
+  if not refused then
+    out[o + 1], out[o + 2] = 1, now
+    o = o + 2
+    b = a
+    for _ = 1, count do
+      local k, w, amount, hold = n[b], n[b + 1], n[b + 3], n[b + 4]
+      local s = S[k]
+      if not s or now >= s + w then
+        begin(k, w, amount, hold)
       else
-        c[2] = c[2] + amount
-        c[3] = c[3] + hold
-        c[4] = true
+        V[k] = V[k] + amount
+        H[k] = H[k] + hold
+        changed[k] = true
       end
-      verdict[2 * i + 1] = c[1]
-      verdict[2 * i + 2] = c[2]
+      out[o + 1], out[o + 2] = S[k], V[k]
+      o = o + 2
+      b = b + 5
     end
-    out[r] = verdict
-  else
-    out[r] = refused
   end
-  key = key + count
-  a = a + 4 * count
+  a = a + 5 * count
 end
 
-for i = 1, #seen do
-  local k = seen[i]
-  local c = seen[k]
-  if c[4] then
-    local v, h = string.format('%d', c[2]), string.format('%d', c[3])
-    if c[5] then
-      redis.call('HSET', k, 's', string.format('%d', c[1]), 'v', v, 'h', h)
-      redis.call('PEXPIREAT', k, string.format('%d', c[5]))
+for k = 1, #KEYS do
+  if changed[k] then
+    local v, h = string.format('%d', V[k]), string.format('%d', H[k])
+    if expiry[k] then
+      redis.call('HSET', KEYS[k], 's', string.format('%d', S[k]), 'v', v, 'h', h)
+      redis.call('PEXPIREAT', KEYS[k], string.format('%d', expiry[k]))
     else
-      redis.call('HSET', k, 'v', v, 'h', h)
+      redis.call('HSET', KEYS[k], 'v', v, 'h', h)
     end
   end
 end
-return out
+return cmsgpack.pack(out)
