@@ -236,25 +236,32 @@ async fn counts_on(
         invocation.key(*name);
     }
     invocation.arg(packed(&arguments.numbers));
+    invocation.arg(packed(&arguments.reservations));
     let answer: Vec<u8> = invocation
         .invoke_async(connection)
         .await
         .map_err(store_error)?;
-    verdicts(&unpacked(&answer)?, reservations)
+    arguments.verdicts(&unpacked(&answer)?, reservations)
 }
 
 /// A call's arguments ([`COUNTS`]'s opening comment says them): each counter named once in
-/// `keys`, and the numbers, each settlement and charge naming its counter by its place.
+/// `keys`; the settlements and the sums of the charges (`numbers`), and the reservations one
+/// by one, each settlement, sum and charge naming its counter by its place.
 #[derive(Debug, PartialEq, Eq)]
 struct Arguments<'a> {
     keys: Vec<&'a str>,
     numbers: Vec<u64>,
+    reservations: Vec<u64>,
+    /// Each charge's sum, the reservations' charges in turn.
+    sums: Vec<usize>,
 }
 
 impl<'a> Arguments<'a> {
     /// The arguments of `adjusts`, then `reservations`. The settlements of one counter's
     /// window go as one, their amounts added: the script applies that as it would apply
     /// them in turn, since what a window's count gives back is never more than it holds.
+    /// The charges of one counter are added into its sum; the sums stand for the
+    /// reservations only where each counter's charges name one window and one limit.
     fn of(adjusts: &'a [Adjust], reservations: &[&'a [Charge]]) -> Arguments<'a> {
         let mut names = Places::default();
         let mut keys = Vec::new();
@@ -279,18 +286,109 @@ impl<'a> Arguments<'a> {
             }
         }
         let charged = reservations.iter().map(|r| r.len()).sum::<usize>();
-        let mut numbers =
-            Vec::with_capacity(2 + 5 * settled.len() + reservations.len() + 5 * charged);
-        numbers.extend([settled.len() as u64, reservations.len() as u64]);
-        numbers.extend(settled.iter().flatten());
+        let mut counters = Places::default();
+        let mut summed: Vec<[u64; 5]> = Vec::new();
+        let mut sums = Vec::with_capacity(charged);
+        let mut stand = true;
+        let mut one_by_one = Vec::with_capacity(1 + reservations.len() + 5 * charged);
+        one_by_one.push(reservations.len() as u64);
         for charges in reservations {
-            numbers.push(charges.len() as u64);
+            one_by_one.push(charges.len() as u64);
             for c in *charges {
                 let at = place(c.slot, &c.counter);
-                numbers.extend([at, c.window_ms, c.limit, c.amount, c.hold]);
+                one_by_one.extend([at, c.window_ms, c.limit, c.amount, c.hold]);
+                let (i, new) = counters.place(at);
+                if new {
+                    summed.push([at, c.window_ms, c.limit, c.amount, c.hold]);
+                } else {
+                    let sum = &mut summed[i];
+                    stand &= sum[1] == c.window_ms && sum[2] == c.limit;
+                    sum[3] = sum[3].saturating_add(c.amount);
+                    sum[4] = sum[4].saturating_add(c.hold);
+                }
+                sums.push(i);
             }
         }
-        Arguments { keys, numbers }
+        let mut numbers = Vec::with_capacity(3 + 5 * (settled.len() + summed.len()));
+        numbers.extend([settled.len() as u64, summed.len() as u64, u64::from(stand)]);
+        numbers.extend(settled.iter().chain(&summed).flatten());
+        Arguments {
+            keys,
+            numbers,
+            reservations: one_by_one,
+            sums,
+        }
+    }
+
+    /// The verdicts of `reservations` (these arguments') in the script's `answer`: all
+    /// reserved, each counter's window as the sums found it, or each one's verdict.
+    fn verdicts(
+        &self,
+        answer: &[i64],
+        reservations: &[&[Charge]],
+    ) -> Result<Vec<Result<Verdict, StoreError>>, StoreError> {
+        match answer.split_first() {
+            Some((1, found)) => {
+                #[cfg(test)]
+                tests::ANSWERED[0]
+                    .fetch_add(reservations.len(), std::sync::atomic::Ordering::Relaxed);
+                self.all_reserved(found, reservations)
+            }
+            Some((0, each)) => {
+                #[cfg(test)]
+                tests::ANSWERED[1]
+                    .fetch_add(reservations.len(), std::sync::atomic::Ordering::Relaxed);
+                verdicts(each, reservations)
+            }
+            _ => Err(StoreError(format!(
+                "redis: the counts' script answered {:?}, neither of its answers",
+                &answer[..answer.len().min(8)]
+            ))),
+        }
+    }
+
+    /// Every reservation charged: `found` is the script's clock, then each sum's counter's
+    /// window (its start, its amount before the call's charges); a reservation's window of
+    /// a counter holds what the reservations before it and its own charge added.
+    fn all_reserved(
+        &self,
+        found: &[i64],
+        reservations: &[&[Charge]],
+    ) -> Result<Vec<Result<Verdict, StoreError>>, StoreError> {
+        let counters = self.numbers[1] as usize;
+        let Some((&now, windows)) = found.split_first() else {
+            return Err(StoreError(
+                "redis: the counts' script answered no clock".into(),
+            ));
+        };
+        if windows.len() != 2 * counters {
+            return Err(StoreError(format!(
+                "redis: the counts' script answered {} numbers for {counters} counters' windows",
+                windows.len()
+            )));
+        }
+        let mut amounts: Vec<u64> = windows
+            .chunks_exact(2)
+            .map(|w| w[1].max(0) as u64)
+            .collect();
+        let mut sums = self.sums.iter();
+        Ok((reservations.iter())
+            .map(|charges| {
+                let windows = (charges.iter().zip(&mut sums))
+                    .map(|(c, &i)| {
+                        amounts[i] = amounts[i].saturating_add(c.amount);
+                        Window {
+                            start: windows[2 * i].max(0) as u64,
+                            amount: amounts[i],
+                        }
+                    })
+                    .collect();
+                Ok(Verdict::Reserved {
+                    now: now.max(0) as u64,
+                    windows,
+                })
+            })
+            .collect())
     }
 }
 
@@ -580,6 +678,11 @@ impl Settler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// How many reservations the script answered by their sums, and one by one, in this
+    /// process's tests.
+    pub(super) static ANSWERED: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 
     /// The settlements a reservation's call carries are never lost silently: applied, they
     /// count nothing; lost with the call's error, or with the call dropped before Redis
@@ -650,10 +753,11 @@ mod tests {
     }
 
     /// A call names each counter once, whoever names it; the settlements of one counter's
-    /// window go as one (their amounts added), those of another window on their own; each
-    /// settlement and charge names its counter by its place in the keys, from 1.
+    /// window go as one (their amounts added), those of another window on their own; the
+    /// charges of one counter are added into its sum; each settlement, sum and charge names
+    /// its counter by its place in the keys, from 1.
     #[test]
-    fn a_call_names_each_counter_once_and_merges_a_windows_settlements() {
+    fn a_call_names_each_counter_once_and_sums_its_charges() {
         let adjust = |name: &str, slot, start, held, used| Adjust {
             counter: Arc::from(name),
             slot,
@@ -677,14 +781,55 @@ mod tests {
         assert_eq!(arguments.keys, ["k:tokens", "k:samples", "k:requests"]);
         #[rustfmt::skip]
         let want = vec![
-            3, 2,
+            3, 2, 1,
             1, 1_000, 60_000, 600, 370,
             2, 1_000, 60_000, 2, 1,
             1, 61_000, 60_000, 300, 7,
+            3, 60_000, 9, 1, 0,
+            1, 60_000, 5_000, 500, 500,
+        ];
+        assert_eq!(arguments.numbers, want);
+        #[rustfmt::skip]
+        let want = vec![
+            2,
             2, 3, 60_000, 9, 1, 0, 1, 60_000, 5_000, 300, 300,
             1, 1, 60_000, 5_000, 200, 200,
         ];
-        assert_eq!(arguments.numbers, want);
+        assert_eq!(arguments.reservations, want);
+        assert_eq!(arguments.sums, [0, 1, 1]);
+
+        // All reserved: each reservation's window holds what the ones before it and its own
+        // charge added to what the sum's counter held.
+        let got = arguments.verdicts(&[1, 70, 40, 2, 45, 1_000], &[&first, &second]);
+        let windows = |w: &[(u64, u64)]| -> Vec<Window> {
+            (w.iter())
+                .map(|&(start, amount)| Window { start, amount })
+                .collect()
+        };
+        assert_eq!(
+            got.unwrap(),
+            [
+                Ok(Verdict::Reserved {
+                    now: 70,
+                    windows: windows(&[(40, 3), (45, 1_300)])
+                }),
+                Ok(Verdict::Reserved {
+                    now: 70,
+                    windows: windows(&[(45, 1_500)])
+                }),
+            ]
+        );
+        let e = (arguments.verdicts(&[1, 70, 40, 2], &[&first, &second])).unwrap_err();
+        assert!(e.0.contains("2 numbers for 2 counters' windows"), "{e}");
+        let e = (arguments.verdicts(&[2, 70], &[&first, &second])).unwrap_err();
+        assert!(e.0.contains("[2, 70], neither of its answers"), "{e}");
+
+        // A counter charged under two limits (its key's limits changed between two
+        // requests): the sums cannot stand for the reservations.
+        let mut changed = second.clone();
+        changed[0].limit = 6_000;
+        let arguments = Arguments::of(&[], &[&first, &changed]);
+        assert_eq!(arguments.numbers[..3], [0, 2, 0]);
 
         // Past the scan's reach the map finds them: 40 counters named twice each.
         let many: Vec<String> = (0..40).map(|i| format!("k:{i}")).collect();
@@ -692,9 +837,15 @@ mod tests {
         let charges: Vec<Charge> = (0..80).map(|i| charge(&many, i % 40, 9, 1)).collect();
         let arguments = Arguments::of(&[], &[&charges]);
         assert_eq!(arguments.keys, many);
-        let places: Vec<u64> = arguments.numbers[3..].chunks(5).map(|c| c[0]).collect();
+        let places: Vec<u64> = arguments.reservations[2..]
+            .chunks(5)
+            .map(|c| c[0])
+            .collect();
         let want: Vec<u64> = (0..80).map(|i| 1 + i % 40).collect();
         assert_eq!(places, want);
+        let want: Vec<usize> = (0..80).map(|i| i % 40).collect();
+        assert_eq!(arguments.sums, want);
+        assert_eq!(arguments.numbers[..3], [0, 40, 1]);
     }
 
     /// The script's flat answer is read a verdict at a time, each as long as its kind
@@ -1230,6 +1381,13 @@ mod tests {
         assert!(
             reserved > 1_000 && refused > 1_000 && in_flight > 100,
             "{reserved} reserved, {refused} refused, {in_flight} of them by requests in flight"
+        );
+        // Both of the script's ways were taken: the sums standing for the reservations, and
+        // the reservations checked one by one.
+        let answered = ANSWERED.each_ref().map(|a| a.load(Ordering::Relaxed));
+        assert!(
+            answered[0] > 500 && answered[1] > 1_000,
+            "answered by their sums and one by one: {answered:?}"
         );
     }
 }

@@ -3,27 +3,33 @@
 --
 -- KEYS: the counters the call names, each once.
 -- ARGV[1]: a MessagePack array of numbers (Redis reads them far faster than decimal
--- strings): [1] the settlements' count; [2] the reservations' count; then 5 numbers a
--- settlement (its counter's place in KEYS, its window's start, the window's length, what it
--- held, what it used); then each reservation: its charges' count, then 5 numbers a charge
--- (its counter's place in KEYS, the window's length, the limit, the amount, what of it is
+-- strings): [1] the settlements' count; [2] the sums' count; [3] 1 when the sums may stand
+-- for the reservations (each counter charged with one window and one limit), else 0; then
+-- 5 numbers a settlement (its counter's place in KEYS, its window's start, the window's
+-- length, what it held, what it used); then 5 a sum, the reservations' charges of one
+-- counter added (its place, the window's length, the limit, the amount, what of it is
 -- held).
+-- ARGV[2]: the reservations one by one, as MessagePack: [1] their count; then each
+-- reservation's charges' count, then 5 numbers a charge (as a sum's). Read only when the
+-- sums do not all fit.
 --
--- Returns one MessagePack array, each reservation's verdict in turn: 1, now, then each counter's
--- window as the charge left it (start, amount); or 0, index, reset_ms, used, in_flight for
--- the first of its counters that would pass its limit (`in_flight` 1 when the settled
--- amount alone would have let it pass). A refused reservation charges nothing, and the
--- next is checked as if it had not come.
+-- When every sum fits its limit, so does every reservation, each after the ones before it:
+-- all are charged, and the answer is 1, now, then each sum's counter's window (its start
+-- and its amount before the call's charges), from which the caller finds each
+-- reservation's. Otherwise the reservations are checked in turn, and the answer is 0, then
+-- each one's verdict: 1, now, then each counter's window as its charge left it (start,
+-- amount); or 0, index, reset_ms, used, in_flight for the first of its counters that would
+-- pass its limit (`in_flight` 1 when the settled amount alone would have let it pass). A
+-- refused reservation charges nothing, and the next is checked as if it had not come.
 --
 -- A counter is a hash of its window's start (`s`), the amount charged in it (`v`) and the
 -- part of that held by requests in flight (`h`), expiring a second after its window ends.
 -- The rule is the in-process store's (store.rs). A call reads each counter once and writes
 -- each one it changed once, however many settlements and charges name it: a `redis.call`
--- costs Redis more than the command itself, a key more than a number, and a nested
--- answer more than a flat one; a packed answer costs Redis no more than an array of
--- integers, and the gateway far less to read (docs/benchmarks.md). The counts are Lua numbers (doubles),
--- exact since a limit is at most 2^53; they are written with '%d', never rounded to
--- `tostring`'s 14 digits.
+-- costs Redis more than the command itself, a key more than a number, a nested answer more
+-- than a packed one, and a reservation checked on its own far more than its share of a sum
+-- (docs/benchmarks.md). The counts are Lua numbers (doubles), exact since a limit is at
+-- most 2^53; they are written with '%d', never rounded to `tostring`'s 14 digits.
 
 local n = cmsgpack.unpack(ARGV[1])
 local t = redis.call('TIME')
@@ -51,7 +57,7 @@ local function begin(k, w, amount, held)
   expiry[k] = now + w + 1000
 end
 
-local a = 3
+local a = 4
 for _ = 1, n[1] do
   local k, start, w, held, used = n[a], n[a + 1], n[a + 2], n[a + 3], n[a + 4]
   local s = S[k]
@@ -69,51 +75,90 @@ for _ = 1, n[1] do
   a = a + 5
 end
 
-local out, o = {}, 0
+-- Whether every sum fits its limit.
+local fits = n[3] == 1
+local b = a
 for _ = 1, n[2] do
-  local count = n[a]
-  a = a + 1
-  local refused = false
-  local b = a
-  for i = 1, count do
-    local k, w, limit, amount = n[b], n[b + 1], n[b + 2], n[b + 3]
-    local s, used, held = S[k], V[k], H[k]
+  if not fits then
+    break
+  end
+  local k, w, limit, amount = n[b], n[b + 1], n[b + 2], n[b + 3]
+  local s, used = S[k], V[k]
+  if not s or now >= s + w then
+    used = 0
+  end
+  fits = used + amount <= limit
+  b = b + 5
+end
+
+local out, o
+if fits then
+  out, o = {1, now}, 2
+  b = a
+  for _ = 1, n[2] do
+    local k, w, amount, hold = n[b], n[b + 1], n[b + 3], n[b + 4]
+    local s = S[k]
     if not s or now >= s + w then
-      s, used, held = now, 0, 0
+      begin(k, w, amount, hold)
+      out[o + 1], out[o + 2] = now, 0
+    else
+      out[o + 1], out[o + 2] = s, V[k]
+      V[k] = V[k] + amount
+      H[k] = H[k] + hold
+      changed[k] = true
     end
-    if used + amount > limit then
-      local in_flight = 0
-      if used - held + amount <= limit then
-        in_flight = 1
-      end
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] =
-        0, i - 1, s + w - now, used, in_flight
-      o = o + 5
-      refused = true
-      break
-    end
+    o = o + 2
     b = b + 5
   end
-  if not refused then
-    out[o + 1], out[o + 2] = 1, now
-    o = o + 2
+else
+  n = cmsgpack.unpack(ARGV[2])
+  out, o = {0}, 1
+  a = 2
+  for _ = 1, n[1] do
+    local count = n[a]
+    a = a + 1
+    local refused = false
     b = a
-    for _ = 1, count do
-      local k, w, amount, hold = n[b], n[b + 1], n[b + 3], n[b + 4]
-      local s = S[k]
+    for i = 1, count do
+      local k, w, limit, amount = n[b], n[b + 1], n[b + 2], n[b + 3]
+      local s, used, held = S[k], V[k], H[k]
       if not s or now >= s + w then
-        begin(k, w, amount, hold)
-      else
-        V[k] = V[k] + amount
-        H[k] = H[k] + hold
-        changed[k] = true
+        s, used, held = now, 0, 0
       end
-      out[o + 1], out[o + 2] = S[k], V[k]
-      o = o + 2
+      if used + amount > limit then
+        local in_flight = 0
+        if used - held + amount <= limit then
+          in_flight = 1
+        end
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] =
+          0, i - 1, s + w - now, used, in_flight
+        o = o + 5
+        refused = true
+        break
+      end
       b = b + 5
     end
+    if not refused then
+      out[o + 1], out[o + 2] = 1, now
+      o = o + 2
+      b = a
+      for _ = 1, count do
+        local k, w, amount, hold = n[b], n[b + 1], n[b + 3], n[b + 4]
+        local s = S[k]
+        if not s or now >= s + w then
+          begin(k, w, amount, hold)
+        else
+          V[k] = V[k] + amount
+          H[k] = H[k] + hold
+          changed[k] = true
+        end
+        out[o + 1], out[o + 2] = S[k], V[k]
+        o = o + 2
+        b = b + 5
+      end
+    end
+    a = a + 5 * count
   end
-  a = a + 5 * count
 end
 
 for k = 1, #KEYS do
