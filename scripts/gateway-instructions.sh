@@ -32,7 +32,9 @@
 #
 # RECORDS=sqlite writes every request's row to a SQLite file (docs/records.md), and
 # RECORDS=sqlite-samples each sample's too (`samples = true`): what the records cost a
-# request, the writer's thread and SQLite's counted with the rest of the process.
+# request, the writer's thread and SQLite's counted with the rest of the process;
+# RECORDS=postgres://USER@HOST:PORT/DB writes them to that PostgreSQL (the gateway's own
+# instructions, PostgreSQL's not counted).
 set -euo pipefail
 
 requests=${REQUESTS:-1000}
@@ -96,7 +98,8 @@ for bin in "$@"; do
     none) ;;
     sqlite) printf '\n[records]\nurl = "sqlite://%s/records.db"\nspool_path = "%s/records.spool"\n' "$d" "$d" >> "$d/gateway.toml" ;;
     sqlite-samples) printf '\n[records]\nurl = "sqlite://%s/records.db"\nsamples = true\nspool_path = "%s/records.spool"\n' "$d" "$d" >> "$d/gateway.toml" ;;
-    *) echo "$0: RECORDS=${RECORDS}: none, sqlite or sqlite-samples" >&2; exit 2 ;;
+    postgres://*) printf '\n[records]\nurl = "%s"\nspool_path = "%s/records.spool"\n' "$RECORDS" "$d" >> "$d/gateway.toml" ;;
+    *) echo "$0: RECORDS=${RECORDS}: none, sqlite, sqlite-samples or postgres://USER@HOST:PORT/DB" >&2; exit 2 ;;
   esac
   if [ "${CONSOLE:-}" = 1 ]; then
     printf '\n[admin]\nkey_env = "CHOICEWISE_BENCH_ADMIN_KEY"\n[console]\nenabled = true\n' >> "$d/gateway.toml"

@@ -27,6 +27,7 @@
 //! # Ok(()) }
 //! ```
 
+mod copy;
 mod feedback;
 mod keys;
 mod read;

@@ -254,6 +254,22 @@ impl Store {
         written.map_err(|e| fault_error(&self.shown, &e))
     }
 
+    /// Writes `records` that were never written (each id new, none twice), all or none:
+    /// PostgreSQL takes them by `COPY` ([`crate::copy`]), which costs it about half of
+    /// [`write`](Self::write)'s insert but cannot skip an id already there; SQLite by the
+    /// same insert as `write`. A batch refused for a record's fault is refused whole, to be
+    /// written again by `write`, which finds the record.
+    pub(crate) async fn write_new(&self, records: &[RequestRecord]) -> Result<(), RecordsError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let written = match &self.db {
+            Db::Sqlite(pool) => write_sqlite(pool, records).await,
+            Db::Postgres(pool) => crate::copy::write(pool, records).await,
+        };
+        written.map_err(|e| fault_error(&self.shown, &e))
+    }
+
     /// The rows of `requests`.
     pub async fn count(&self) -> Result<u64, RecordsError> {
         let sql = "SELECT COUNT(*) FROM requests";

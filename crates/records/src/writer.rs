@@ -325,10 +325,16 @@ struct Wrote {
     timed_out: bool,
 }
 
-/// Writes `records` within `deadline`: the batch in one transaction; a batch refused for a
-/// record's fault, each record alone (those refused dropped, the rest written); a database
-/// away, at the first record it did not take.
-async fn write_batch(store: &Store, records: &[RequestRecord], deadline: Duration) -> Wrote {
+/// Writes `records` within `deadline`: the batch in one transaction (records never written
+/// before, `new`, by [`Store::write_new`]); a batch refused for a record's fault, each record
+/// alone (those refused dropped, the rest written); a database away, at the first record it
+/// did not take.
+async fn write_batch(
+    store: &Store,
+    records: &[RequestRecord],
+    new: bool,
+    deadline: Duration,
+) -> Wrote {
     let mut wrote = Wrote {
         written: 0,
         rejected: Vec::new(),
@@ -336,8 +342,14 @@ async fn write_batch(store: &Store, records: &[RequestRecord], deadline: Duratio
         timed_out: false,
     };
     // `Err(None)`: no answer within the deadline.
-    let timed = |records| async move {
-        match tokio::time::timeout(deadline, store.write(records)).await {
+    let timed = |records, new: bool| async move {
+        let written = async move {
+            match new {
+                true => store.write_new(records).await,
+                false => store.write(records).await,
+            }
+        };
+        match tokio::time::timeout(deadline, written).await {
             Ok(done) => done.map_err(Some),
             Err(_) => Err(None),
         }
@@ -355,7 +367,7 @@ async fn write_batch(store: &Store, records: &[RequestRecord], deadline: Duratio
     };
     let mut rejected = Vec::new();
     let mut written = 0;
-    let gone = match timed(records).await {
+    let gone = match timed(records, new).await {
         Ok(()) => {
             written = records.len() as u64;
             None
@@ -363,7 +375,7 @@ async fn write_batch(store: &Store, records: &[RequestRecord], deadline: Duratio
         Err(Some(RecordsError::Rejected(_))) => {
             let mut gone = None;
             for (i, record) in records.iter().enumerate() {
-                match timed(std::slice::from_ref(record)).await {
+                match timed(std::slice::from_ref(record), false).await {
                     Ok(()) => written += 1,
                     Err(Some(RecordsError::Rejected(e))) => {
                         rejected.push((record.request_id.clone(), e));
@@ -520,10 +532,9 @@ impl Writer {
         match self.spool.read(self.drain_records, DRAIN_BYTES).await {
             Ok(batch) => {
                 let (records, ends, end) = (batch.records, batch.ends, batch.end);
-                let handle =
-                    tokio::spawn(
-                        async move { write_batch(&store, &records, WRITE_DEADLINE).await },
-                    );
+                let handle = tokio::spawn(async move {
+                    write_batch(&store, &records, false, WRITE_DEADLINE).await
+                });
                 self.job = Some(Job::Drain(handle, ends, end));
             }
             Err(e) => {
@@ -627,7 +638,7 @@ impl Writer {
             // Straight to a database that answers, beside a drain of the spool.
             let rest = match &self.store {
                 Some(store) => {
-                    let wrote = write_batch(store, &records, FIRST_TRY).await;
+                    let wrote = write_batch(store, &records, true, FIRST_TRY).await;
                     self.said(&wrote);
                     match wrote.away {
                         None => 0..0,

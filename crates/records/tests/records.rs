@@ -270,6 +270,71 @@ async fn postgres_keeps_each_record_once_and_sums_the_spend() {
     );
 }
 
+/// New records go to PostgreSQL by COPY: every text comes back as it was, whatever it
+/// holds (tabs, newlines, backslashes, a `\N`, text that is no number), NULLs stay NULL and
+/// floats exact; a batch with a record PostgreSQL refuses (a NUL in a text) is written again
+/// record by record, that one dropped and counted, the rest written once.
+#[tokio::test]
+async fn postgres_takes_new_records_by_copy_texts_intact_and_a_refused_one_dropped() {
+    let Some(pg) = PostgresServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let counts = Arc::new(Counts::default());
+    let config = RecorderConfig::new(pg.url(), dir.path().join("records.spool"));
+    let recorder = Recorder::start(config, counts.clone()).unwrap();
+    let awkward = [
+        "tab\there",
+        "line\nbreak\r\n",
+        "back\\slash \\N",
+        "\\N",
+        "",
+        "é \u{1F600} \"quoted\"",
+    ];
+    let mut sent = Vec::new();
+    for (i, text) in awkward.iter().enumerate() {
+        let mut r = record(text, "m\tx", T0 + i as i64, 200, (3, 4));
+        r.pick = Some(text.to_string());
+        r.decision = (i % 2 == 0).then(|| format!("{{\"why\":\"{}\"}}", text.escape_default()));
+        r.first_byte_ms = (i % 2 == 1).then_some(0.1 + i as f64);
+        r.cost_usd = Some(1e-7 * i as f64);
+        let mut sample = SampleRecord::new(0, "stop");
+        sample.content = Some(format!("{text}|{text}"));
+        sample.message = (i % 3 == 0).then(|| text.to_string());
+        sample.place = Some(0);
+        r.samples.push(sample);
+        r.samples.push(SampleRecord::new(1, "cancelled"));
+        sent.push(r);
+    }
+    for r in &sent {
+        recorder.record(r.clone());
+    }
+    recorder.flush().await;
+    let store = Store::connect(&pg.url()).await.unwrap();
+    assert_eq!(until_rows(&store, 6, Duration::from_secs(10)).await, 6);
+    // Then a batch with the refused record amid others.
+    let mut refused = record("k", "nul\0model", T0 + 100, 200, (1, 1));
+    refused.request_id = "refused".into();
+    for i in 0..5 {
+        if i == 2 {
+            recorder.record(refused.clone());
+        }
+        let r = record("k", "m", T0 + 200 + i, 200, (1, 1));
+        recorder.record(r.clone());
+        sent.push(r);
+    }
+    recorder.flush().await;
+    assert_eq!(until_rows(&store, 11, Duration::from_secs(10)).await, 11);
+    let back = store
+        .records(&RecordsQuery::since(0).with_samples())
+        .await
+        .unwrap();
+    assert_eq!(back, sent, "every record as it was sent");
+    assert_eq!(Counts::get(&counts.rejected), 1, "the refused record");
+    assert_eq!(Counts::get(&counts.written), 11);
+    assert_eq!(Counts::get(&counts.spooled), 0);
+}
+
 #[tokio::test]
 async fn a_bad_url_is_named_without_its_password() {
     let e = Store::connect("postgres://me:hunter2@127.0.0.1:1/db")
