@@ -971,9 +971,12 @@ async fn retained(sse: String) -> u64 {
     grown
 }
 
-/// Waits until the actors of earlier completions have stopped (and freed their state).
+/// Waits until the actors of earlier completions have stopped (and freed their state). An
+/// earlier test releases `heap::alone()` before its runtime has dropped its actors, and a
+/// multi-threaded runtime waits for a step under way (a large input's, in a debug build, on
+/// a loaded machine: over 5 s once in CI) before it drops them: up to 30 s, then a leak.
 async fn settle() {
-    for _ in 0..500 {
+    for _ in 0..3_000 {
         if choicewise_core::diagnostics::live_actors() == 0 {
             return;
         }
