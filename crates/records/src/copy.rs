@@ -19,62 +19,77 @@ const REQUESTS: &str = "COPY requests (id, at_ms, day, request_id, key_name, mod
 const SAMPLES: &str = "COPY samples (request, sample, finish, place, prompt_tokens, \
      completion_tokens, estimated, content, message, logprobs, output) FROM STDIN";
 
+/// The most bytes of rows held before they are sent: a batch's rows go in pieces, never
+/// all at once (a batch may weigh as much as the writer's queue holds).
+const PIECE: usize = 1 << 20;
+
 /// Writes `records`, none of them written before, in one transaction.
 pub(crate) async fn write(pool: &PgPool, records: &[RequestRecord]) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let mut copy = tx.copy_in_raw(REQUESTS).await?;
-    copy.send(requests(records)).await?;
-    copy.finish().await?;
+    copy(&mut tx, REQUESTS, records, request).await?;
     if records.iter().any(|r| !r.samples.is_empty()) {
-        let mut copy = tx.copy_in_raw(SAMPLES).await?;
-        copy.send(samples(records)).await?;
-        copy.finish().await?;
+        copy(&mut tx, SAMPLES, records, samples).await?;
     }
     tx.commit().await
 }
 
-/// One line a request: its columns as [`REQUESTS`] names them.
-fn requests(records: &[RequestRecord]) -> Vec<u8> {
-    let mut out = String::with_capacity(256 * records.len());
+/// One `COPY` (`statement`) of the rows `rows` writes for each of `records`, sent in pieces
+/// of about [`PIECE`] bytes.
+async fn copy(
+    tx: &mut sqlx::PgConnection,
+    statement: &str,
+    records: &[RequestRecord],
+    rows: fn(&mut String, &RequestRecord),
+) -> Result<(), sqlx::Error> {
+    let mut copy = tx.copy_in_raw(statement).await?;
+    let mut out = String::with_capacity(PIECE.min(512 * records.len()));
     for r in records {
-        let mut row = Row::new(&mut out);
-        row.text(&r.id);
-        row.int(r.at_ms);
-        row.text(&r.day);
-        row.text(&r.request_id);
-        row.text(&r.key);
-        row.text(&r.model);
-        row.text(&r.api);
-        row.bool(r.stream);
-        row.maybe_text(r.pick.as_deref());
-        row.maybe_text(r.decision.as_deref());
-        row.int(r.samples_started);
-        row.int(r.samples_cancelled);
-        row.int(r.samples_failed);
-        row.int(r.prompt_tokens);
-        row.int(r.completion_tokens);
-        row.bool(r.estimated);
-        row.text(&serde_json::to_string(&r.sample_tokens).unwrap_or_else(|_| "[]".into()));
-        row.int(r.status);
-        row.text(&r.ended);
-        row.maybe_float(r.first_byte_ms);
-        row.float(r.total_ms);
-        row.maybe_float(r.cost_usd);
-        row.bool(r.samples_cut);
-        row.end();
-    }
-    out.into_bytes()
-}
-
-/// One line a sample of `records`: its columns as [`SAMPLES`] names them.
-fn samples(records: &[RequestRecord]) -> Vec<u8> {
-    let mut out = String::new();
-    for r in records {
-        for s in &r.samples {
-            sample(&mut out, &r.id, s);
+        rows(&mut out, r);
+        if out.len() >= PIECE {
+            copy.send(out.as_bytes()).await?;
+            out.clear();
         }
     }
-    out.into_bytes()
+    if !out.is_empty() {
+        copy.send(out.as_bytes()).await?;
+    }
+    copy.finish().await.map(drop)
+}
+
+/// A request's line: its columns as [`REQUESTS`] names them.
+fn request(out: &mut String, r: &RequestRecord) {
+    let mut row = Row::new(out);
+    row.text(&r.id);
+    row.int(r.at_ms);
+    row.text(&r.day);
+    row.text(&r.request_id);
+    row.text(&r.key);
+    row.text(&r.model);
+    row.text(&r.api);
+    row.bool(r.stream);
+    row.maybe_text(r.pick.as_deref());
+    row.maybe_text(r.decision.as_deref());
+    row.int(r.samples_started);
+    row.int(r.samples_cancelled);
+    row.int(r.samples_failed);
+    row.int(r.prompt_tokens);
+    row.int(r.completion_tokens);
+    row.bool(r.estimated);
+    row.text(&serde_json::to_string(&r.sample_tokens).unwrap_or_else(|_| "[]".into()));
+    row.int(r.status);
+    row.text(&r.ended);
+    row.maybe_float(r.first_byte_ms);
+    row.float(r.total_ms);
+    row.maybe_float(r.cost_usd);
+    row.bool(r.samples_cut);
+    row.end();
+}
+
+/// A line a sample of `r`: its columns as [`SAMPLES`] names them.
+fn samples(out: &mut String, r: &RequestRecord) {
+    for s in &r.samples {
+        sample(out, &r.id, s);
+    }
 }
 
 fn sample(out: &mut String, request: &str, s: &SampleRecord) {
@@ -185,6 +200,15 @@ impl<'a> Row<'a> {
 mod tests {
     use super::*;
 
+    /// The rows `rows` writes for each of `records`, as bytes.
+    fn lines(records: &[RequestRecord], rows: fn(&mut String, &RequestRecord)) -> Vec<u8> {
+        let mut out = String::new();
+        for r in records {
+            rows(&mut out, r);
+        }
+        out.into_bytes()
+    }
+
     /// Texts are escaped as COPY reads them (a text `\N` is not a NULL), NULLs are `\N`,
     /// floats are written so that they read back exactly, and every row ends its line.
     #[test]
@@ -200,7 +224,7 @@ mod tests {
         s.content = Some("é\u{1F600}\t".into());
         s.place = Some(0);
         r.samples.push(s);
-        let line = String::from_utf8(requests(std::slice::from_ref(&r))).unwrap();
+        let line = String::from_utf8(lines(std::slice::from_ref(&r), request)).unwrap();
         let columns: Vec<&str> = line.strip_suffix('\n').unwrap().split('\t').collect();
         assert_eq!(columns.len(), 23, "{line:?}");
         assert_eq!(
@@ -218,13 +242,13 @@ mod tests {
         assert_eq!(columns[7..10], ["f", "", "\\N"]);
         assert_eq!(columns[19..], ["1e300", "0.1", "Infinity", "f"]);
         assert_eq!(columns[19].parse::<f64>().unwrap(), 1e300);
-        let line = String::from_utf8(samples(&[r.clone(), r.clone()])).unwrap();
+        let line = String::from_utf8(lines(&[r.clone(), r.clone()], samples)).unwrap();
         let want = "a\\rb\t1\tstop\t0\t0\t0\tf\té\u{1F600}\\t\t\\N\t\\N\t\\N\n";
         assert_eq!(line, want.repeat(2));
         // An empty text is a column too, first or not.
         r.id = String::new();
-        let lines = String::from_utf8(requests(&[r.clone(), r])).unwrap();
-        for line in lines.lines() {
+        let written = String::from_utf8(lines(&[r.clone(), r], request)).unwrap();
+        for line in written.lines() {
             assert_eq!(line.split('\t').count(), 23, "{line:?}");
             assert!(line.starts_with("\t1795737600000\t"), "{line:?}");
         }
@@ -261,5 +285,21 @@ mod tests {
         assert!(matches!(e, crate::RecordsError::Rejected(_)), "{e}");
         store.write(&records).await.unwrap();
         assert_eq!(store.count().await.unwrap(), 6);
+
+        // A batch of rows weighing several pieces goes in pieces and reads back whole.
+        let large: Vec<RequestRecord> = (0..4)
+            .map(|i| {
+                let mut r = RequestRecord::new(1_795_737_700_000 + i, "large", "m");
+                let mut s = SampleRecord::new(0, "stop");
+                s.content = Some("a\tb\\c\n".repeat(100_000 + i as usize));
+                r.samples.push(s);
+                r
+            })
+            .collect();
+        let weight: usize = large.iter().map(|r| r.samples[0].weight()).sum();
+        assert!(weight > 2 * PIECE, "{weight} bytes");
+        store.write_new(&large).await.unwrap();
+        let query = crate::RecordsQuery::since(1_795_737_700_000).with_samples();
+        assert_eq!(store.records(&query).await.unwrap(), large);
     }
 }
