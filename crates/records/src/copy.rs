@@ -1,6 +1,6 @@
 //! New records into PostgreSQL by `COPY ... FROM STDIN`: their rows in COPY's text format,
-//! sent in one stream a table. PostgreSQL takes a row of COPY for about half of what a row
-//! of a multi-row `INSERT ... ON CONFLICT DO NOTHING` costs it (docs/records.md), but COPY
+//! sent in one stream a table. PostgreSQL takes a row of COPY for less than a row of a
+//! multi-row `INSERT ... ON CONFLICT DO NOTHING` (docs/records.md has the figures), but COPY
 //! cannot skip a row whose id is there already: it serves only records never written
 //! ([`Store::write_new`](crate::Store)), and a batch it refuses is written again by the
 //! insert, which can.
@@ -67,8 +67,8 @@ fn request(out: &mut String, r: &RequestRecord) {
     row.text(&r.model);
     row.text(&r.api);
     row.bool(r.stream);
-    row.maybe_text(r.pick.as_deref());
-    row.maybe_text(r.decision.as_deref());
+    row.maybe(r.pick.as_deref(), Row::text);
+    row.maybe(r.decision.as_deref(), Row::text);
     row.int(r.samples_started);
     row.int(r.samples_cancelled);
     row.int(r.samples_failed);
@@ -78,9 +78,9 @@ fn request(out: &mut String, r: &RequestRecord) {
     row.text(&serde_json::to_string(&r.sample_tokens).unwrap_or_else(|_| "[]".into()));
     row.int(r.status);
     row.text(&r.ended);
-    row.maybe_float(r.first_byte_ms);
+    row.maybe(r.first_byte_ms, Row::float);
     row.float(r.total_ms);
-    row.maybe_float(r.cost_usd);
+    row.maybe(r.cost_usd, Row::float);
     row.bool(r.samples_cut);
     row.end();
 }
@@ -97,14 +97,14 @@ fn sample(out: &mut String, request: &str, s: &SampleRecord) {
     row.text(request);
     row.int(s.sample);
     row.text(&s.finish);
-    row.maybe_int(s.place);
+    row.maybe(s.place, Row::int);
     row.int(s.prompt_tokens);
     row.int(s.completion_tokens);
     row.bool(s.estimated);
-    row.maybe_text(s.content.as_deref());
-    row.maybe_text(s.message.as_deref());
-    row.maybe_text(s.logprobs.as_deref());
-    row.maybe_int(s.output);
+    row.maybe(s.content.as_deref(), Row::text);
+    row.maybe(s.message.as_deref(), Row::text);
+    row.maybe(s.logprobs.as_deref(), Row::text);
+    row.maybe(s.output, Row::int);
     row.end();
 }
 
@@ -141,23 +141,9 @@ impl<'a> Row<'a> {
         self.0.push_str(rest);
     }
 
-    fn maybe_text(&mut self, text: Option<&str>) {
-        match text {
-            Some(text) => self.text(text),
-            None => self.null(),
-        }
-    }
-
     fn int(&mut self, n: i64) {
         self.column();
         self.0.push_str(itoa::Buffer::new().format(n));
-    }
-
-    fn maybe_int(&mut self, n: Option<i64>) {
-        match n {
-            Some(n) => self.int(n),
-            None => self.null(),
-        }
     }
 
     /// A float as PostgreSQL reads it back exactly: Rust's shortest decimal that rounds to
@@ -174,16 +160,17 @@ impl<'a> Row<'a> {
         }
     }
 
-    fn maybe_float(&mut self, x: Option<f64>) {
-        match x {
-            Some(x) => self.float(x),
-            None => self.null(),
-        }
-    }
-
     fn bool(&mut self, b: bool) {
         self.column();
         self.0.push(if b { 't' } else { 'f' });
+    }
+
+    /// `value` written by `put`, or NULL.
+    fn maybe<T>(&mut self, value: Option<T>, put: fn(&mut Self, T)) {
+        match value {
+            Some(v) => put(self, v),
+            None => self.null(),
+        }
     }
 
     fn null(&mut self) {

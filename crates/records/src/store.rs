@@ -255,7 +255,7 @@ impl Store {
     }
 
     /// Writes `records` that were never written (each id new, none twice), all or none:
-    /// PostgreSQL takes them by `COPY` ([`crate::copy`]), which costs it about half of
+    /// PostgreSQL takes them by `COPY` ([`crate::copy`]), which costs it less than
     /// [`write`](Self::write)'s insert but cannot skip an id already there; SQLite by the
     /// same insert as `write`. A batch refused for a record's fault is refused whole, to be
     /// written again by `write`, which finds the record.
