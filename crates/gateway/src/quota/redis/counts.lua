@@ -57,6 +57,28 @@ local function begin(k, w, amount, held)
   expiry[k] = now + w + 1000
 end
 
+-- Counter `k`'s window of length `w` as a charge finds it now: its start, amount and held
+-- part, or a window beginning now (and true) where none runs.
+local function window(k, w)
+  local s = S[k]
+  if not s or now >= s + w then
+    return now, 0, 0, true
+  end
+  return s, V[k], H[k], false
+end
+
+-- `amount` charged to counter `k` (window `w`), `hold` of it held.
+local function charge(k, w, amount, hold)
+  local _, used, held, fresh = window(k, w)
+  if fresh then
+    begin(k, w, amount, hold)
+  else
+    V[k] = used + amount
+    H[k] = held + hold
+    changed[k] = true
+  end
+end
+
 local a = 4
 for _ = 1, n[1] do
   local k, start, w, held, used = n[a], n[a + 1], n[a + 2], n[a + 3], n[a + 4]
@@ -83,10 +105,7 @@ for _ = 1, n[2] do
     break
   end
   local k, w, limit, amount = n[b], n[b + 1], n[b + 2], n[b + 3]
-  local s, used = S[k], V[k]
-  if not s or now >= s + w then
-    used = 0
-  end
+  local _, used = window(k, w)
   fits = used + amount <= limit
   b = b + 5
 end
@@ -97,16 +116,8 @@ if fits then
   b = a
   for _ = 1, n[2] do
     local k, w, amount, hold = n[b], n[b + 1], n[b + 3], n[b + 4]
-    local s = S[k]
-    if not s or now >= s + w then
-      begin(k, w, amount, hold)
-      out[o + 1], out[o + 2] = now, 0
-    else
-      out[o + 1], out[o + 2] = s, V[k]
-      V[k] = V[k] + amount
-      H[k] = H[k] + hold
-      changed[k] = true
-    end
+    out[o + 1], out[o + 2] = window(k, w)
+    charge(k, w, amount, hold)
     o = o + 2
     b = b + 5
   end
@@ -121,10 +132,7 @@ else
     b = a
     for i = 1, count do
       local k, w, limit, amount = n[b], n[b + 1], n[b + 2], n[b + 3]
-      local s, used, held = S[k], V[k], H[k]
-      if not s or now >= s + w then
-        s, used, held = now, 0, 0
-      end
+      local s, used, held = window(k, w)
       if used + amount > limit then
         local in_flight = 0
         if used - held + amount <= limit then
@@ -144,14 +152,7 @@ else
       b = a
       for _ = 1, count do
         local k, w, amount, hold = n[b], n[b + 1], n[b + 3], n[b + 4]
-        local s = S[k]
-        if not s or now >= s + w then
-          begin(k, w, amount, hold)
-        else
-          V[k] = V[k] + amount
-          H[k] = H[k] + hold
-          changed[k] = true
-        end
+        charge(k, w, amount, hold)
         out[o + 1], out[o + 2] = S[k], V[k]
         o = o + 2
         b = b + 5
