@@ -210,11 +210,15 @@ impl Gateway {
             )
             .route("/healthz", get(|| async { "ok" }))
             .route("/metrics", get(handlers::metrics_text))
-            .fallback(layers::unknown_route)
-            .layer(from_fn_with_state(
-                gw.inner.admission.clone(),
-                layers::browsers,
-            ));
+            .fallback(layers::unknown_route);
+        // The layers every request meets wrap the routes once, as one service, rather than
+        // each route (`Router::layer`): a route's layers are cloned for each request it
+        // serves, and cloning a layer clones what it wraps.
+        let admission = || gw.inner.admission.clone();
+        let checked = tower::ServiceBuilder::new()
+            .layer(from_fn_with_state(admission(), layers::browsers))
+            .service(router.with_state(gw.clone()));
+        let mut routes = axum::Router::new();
         // The console on this listener: outside the checks that keep web pages out (it is
         // a web page, signed by the operator and checked for its own origin).
         if gw
@@ -223,18 +227,16 @@ impl Gateway {
             .as_ref()
             .is_some_and(|c| c.listen.is_none())
         {
-            router = router.merge(console::routes());
+            routes = routes.merge(console::routes().with_state(gw.clone()));
         }
-        router
-            .layer(from_fn_with_state(
-                gw.inner.admission.clone(),
-                layers::count,
-            ))
-            .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
+        let every = tower::ServiceBuilder::new()
             .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
                 layers::RequestIds,
             ))
-            .with_state(gw)
+            .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
+            .layer(from_fn_with_state(admission(), layers::count))
+            .service(routes.fallback_service(checked));
+        axum::Router::new().fallback_service(every)
     }
 
     /// The console's routes alone (`/console`, docs/console.md), for a listener of their
