@@ -15,87 +15,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    model: String,
-    status: u16,
-    /// The API the client spoke: `chat`, `messages`, `responses`, or empty for another path.
-    api: &'static str,
-}
+mod labels;
+mod series;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct AnswerLabels {
-    model: String,
-    /// The API the client spoke: `chat`, `messages`, `responses`.
-    api: &'static str,
-    /// How the answer ended: the request's log label (`ended`).
-    ended: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ChoiceLabels {
-    model: String,
-    finish_reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TokenLabels {
-    model: String,
-    upstream: String,
-    kind: &'static str,
-    source: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ModelLabels {
-    model: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TryLabels {
-    model: String,
-    upstream: String,
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct UpstreamLabels {
-    upstream: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct FallbackLabels {
-    model: String,
-    to: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KeyLabels {
-    /// A `[[auth.keys]]` name, `(unnamed)` for a key of `keys_env`, empty without `[auth]`:
-    /// the configuration's, shared.
-    key: Arc<str>,
-    status: u16,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KeyTokenLabels {
-    key: Arc<str>,
-    kind: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LimitLabels {
-    /// `key:team-a`, `tag:batch`, `model:small`.
-    scope: String,
-    /// `requests_per_minute`.
-    limit: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StateLabels {
-    /// `reserve`, `settle` or `probe` (at start).
-    op: &'static str,
-}
+use labels::*;
+use series::Series;
 
 fn seconds() -> Histogram {
     // 1 ms to about 2 min.
@@ -114,29 +38,29 @@ pub(crate) const OTHER_KEYS: &str = "(other)";
 pub(crate) struct Metrics {
     registry: Registry,
     /// The key names labelled so far (at most [`MAX_KEY_LABELS`]).
-    key_labels: std::sync::RwLock<std::collections::HashSet<Arc<str>>>,
-    requests: Family<RequestLabels, Counter>,
-    answers: Family<AnswerLabels, Counter>,
-    choices: Family<ChoiceLabels, Counter>,
-    tokens: Family<TokenLabels, Counter>,
-    cancelled_tokens: Family<ModelLabels, Counter>,
-    unselected_tokens: Family<ModelLabels, Counter>,
-    first_chunk: Family<ModelLabels, Histogram, fn() -> Histogram>,
-    duration: Family<ModelLabels, Histogram, fn() -> Histogram>,
+    key_labels: std::sync::RwLock<std::collections::HashSet<Arc<str>, foldhash::fast::RandomState>>,
+    requests: Series<RequestLabels, Counter>,
+    answers: Series<AnswerLabels, Counter>,
+    choices: Series<ChoiceLabels, Counter>,
+    tokens: Series<TokenLabels, Counter>,
+    cancelled_tokens: Series<ModelLabels, Counter>,
+    unselected_tokens: Series<ModelLabels, Counter>,
+    first_chunk: Series<ModelLabels, Histogram, fn() -> Histogram>,
+    duration: Series<ModelLabels, Histogram, fn() -> Histogram>,
     open_streams: Gauge<i64, AtomicI64>,
     open_upstreams: Gauge<i64, AtomicI64>,
     connections_refused: Counter,
     client_stalls: Counter,
     client_slow_drains: Counter,
-    tries: Family<TryLabels, Counter>,
+    tries: Series<TryLabels, Counter>,
     ejected: Family<UpstreamLabels, Gauge<i64, AtomicI64>>,
     fallbacks: Family<FallbackLabels, Counter>,
     budget_exhausted: Counter,
     overload_refused: Counter,
     overloaded: Gauge<i64, AtomicI64>,
     panic_routed: Family<ModelLabels, Counter>,
-    key_requests: Family<KeyLabels, Counter>,
-    key_tokens: Family<KeyTokenLabels, Counter>,
+    key_requests: Series<KeyLabels, Counter>,
+    key_tokens: Series<KeyTokenLabels, Counter>,
     limit_refusals: Family<LimitLabels, Counter>,
     state_errors: Family<StateLabels, Counter>,
     state_failing: Gauge<i64, AtomicI64>,
@@ -467,8 +391,8 @@ impl Metrics {
             registry,
             key_labels: Default::default(),
             records,
-            key_requests,
-            key_tokens,
+            key_requests: Series::new(key_requests),
+            key_tokens: Series::new(key_tokens),
             limit_refusals,
             state_errors,
             state_failing,
@@ -478,18 +402,18 @@ impl Metrics {
             client_slow_drains,
             connections_refused,
             client_stalls,
-            tries,
+            tries: Series::new(tries),
             ejected,
             fallbacks,
             budget_exhausted,
-            requests,
-            answers,
-            choices,
-            tokens,
-            cancelled_tokens,
-            unselected_tokens,
-            first_chunk,
-            duration,
+            requests: Series::new(requests),
+            answers: Series::new(answers),
+            choices: Series::new(choices),
+            tokens: Series::new(tokens),
+            cancelled_tokens: Series::new(cancelled_tokens),
+            unselected_tokens: Series::new(unselected_tokens),
+            first_chunk: Series::new(first_chunk),
+            duration: Series::new(duration),
             open_streams,
             open_upstreams,
         }
@@ -506,13 +430,7 @@ impl Metrics {
     /// A request of `api` answered with this status (`model` empty when it named no
     /// configured model).
     pub fn answered(&self, api: &'static str, model: &str, status: u16) {
-        self.requests
-            .get_or_create(&RequestLabels {
-                model: model.to_string(),
-                status,
-                api,
-            })
-            .inc();
+        self.requests.with((model, status, api), Counter::inc);
     }
 
     /// The label of the key `key`: its name while fewer than [`MAX_KEY_LABELS`] have
@@ -535,24 +453,15 @@ impl Metrics {
 
     /// A request of `key` (its label) answered with this status.
     pub fn key_answered(&self, key: &Arc<str>, status: u16) {
-        self.key_requests
-            .get_or_create(&KeyLabels {
-                key: self.key_label(key),
-                status,
-            })
-            .inc();
+        let key = self.key_label(key);
+        self.key_requests.with((&key, status), Counter::inc);
     }
 
     /// A request of `key` came to these tokens, every sample's.
     pub fn key_tokens(&self, key: &Arc<str>, prompt: u64, completion: u64) {
         let key = self.key_label(key);
         for (kind, count) in [("prompt", prompt), ("completion", completion)] {
-            self.key_tokens
-                .get_or_create(&KeyTokenLabels {
-                    key: key.clone(),
-                    kind,
-                })
-                .inc_by(count);
+            (self.key_tokens).with((&key, kind), |c| c.inc_by(count));
         }
     }
 
@@ -579,11 +488,8 @@ impl Metrics {
 
     /// A streamed answer's first chunk, this long after its request arrived.
     pub fn first_chunk(&self, model: &str, after: std::time::Duration) {
-        self.first_chunk
-            .get_or_create(&ModelLabels {
-                model: model.to_string(),
-            })
-            .observe(after.as_secs_f64());
+        let seconds = after.as_secs_f64();
+        self.first_chunk.with(model, |h| h.observe(seconds));
     }
 
     /// A request's answer to a client of `api` ended so (`ended`, its log label) or its
@@ -596,53 +502,28 @@ impl Metrics {
         took: std::time::Duration,
         outcome: &Outcome,
     ) {
-        let labels = ModelLabels {
-            model: model.to_string(),
-        };
-        let model = &labels.model;
-        (self.answers)
-            .get_or_create(&AnswerLabels {
-                model: model.clone(),
-                api,
-                ended,
-            })
-            .inc();
-        self.duration
-            .get_or_create(&labels)
-            .observe(took.as_secs_f64());
+        self.answers.with((model, api, ended), Counter::inc);
+        let seconds = took.as_secs_f64();
+        self.duration.with(model, |h| h.observe(seconds));
         for sample in &outcome.samples {
-            self.choices
-                .get_or_create(&ChoiceLabels {
-                    model: model.clone(),
-                    finish_reason: finish_label(sample.finish.as_str()),
-                })
-                .inc();
+            let finish_reason = finish_label(sample.finish.as_str());
+            self.choices.with((model, finish_reason), Counter::inc);
         }
         for u in &outcome.upstreams {
             let source = if u.estimated { "estimated" } else { "reported" };
-            let mut series = TokenLabels {
-                model: model.clone(),
-                upstream: u.upstream.to_string(),
-                kind: "prompt",
-                source,
-            };
-            (self.tokens.get_or_create(&series)).add(u.prompt);
-            series.kind = "completion";
-            (self.tokens.get_or_create(&series)).add(u.completion);
+            let upstream = &*u.upstream;
+            (self.tokens).with((model, upstream, "prompt", source), |c| c.add(u.prompt));
+            (self.tokens).with((model, upstream, "completion", source), |c| {
+                c.add(u.completion)
+            });
         }
-        (self.cancelled_tokens.get_or_create(&labels)).add(outcome.cancelled_tokens);
-        (self.unselected_tokens.get_or_create(&labels)).add(outcome.unselected_tokens);
+        (self.cancelled_tokens).with(model, |c| c.add(outcome.cancelled_tokens));
+        (self.unselected_tokens).with(model, |c| c.add(outcome.unselected_tokens));
     }
 
     /// One try of an upstream, and how it ended.
     pub fn tried(&self, model: &str, upstream: &str, outcome: &'static str) {
-        self.tries
-            .get_or_create(&TryLabels {
-                model: model.to_string(),
-                upstream: upstream.to_string(),
-                outcome,
-            })
-            .inc();
+        self.tries.with((model, upstream, outcome), Counter::inc);
     }
 
     /// An upstream was ejected (`true`) or restored.
