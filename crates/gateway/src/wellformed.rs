@@ -216,7 +216,10 @@ pub(crate) fn scan(body: &[u8], api: Paths, heavy: &[&str]) -> Scan {
                     .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
                     .map_or(body.len(), |n| i + n);
                 let text = std::str::from_utf8(&body[i..end]).unwrap_or("");
-                if text.parse::<f64>().is_ok_and(|x| x.is_infinite()) {
+                // Beyond an `f64` only with an exponent or more than 308 digits: other
+                // numbers, nearly all, are not parsed.
+                let may_overflow = text.len() > 308 || text.contains(['e', 'E']);
+                if may_overflow && text.parse::<f64>().is_ok_and(|x| x.is_infinite()) {
                     let shown = match text.len() > 40 {
                         true => format!("{}… ({} characters)", &text[..40], text.len()),
                         false => text.to_string(),
@@ -247,7 +250,9 @@ pub(crate) fn scan(body: &[u8], api: Paths, heavy: &[&str]) -> Scan {
 /// `escapes` set when it has a `\u` escape.
 fn string_end(body: &[u8], start: usize, escapes: &mut bool) -> Result<usize, Option<String>> {
     let mut i = start;
-    while i < body.len() {
+    // From quote or backslash to the next: a long text is passed over at memchr's pace.
+    while let Some(n) = memchr::memchr2(b'"', b'\\', body.get(i..).unwrap_or_default()) {
+        i += n;
         match body[i] {
             b'"' => return Ok(i),
             b'\\' if body.get(i + 1) == Some(&b'u') => {
@@ -270,8 +275,7 @@ fn string_end(body: &[u8], start: usize, escapes: &mut bool) -> Result<usize, Op
                     _ => i += 6,
                 }
             }
-            b'\\' => i += 2,
-            _ => i += 1,
+            _ => i += 2,
         }
     }
     Err(None)
@@ -389,6 +393,22 @@ mod tests {
         assert!(
             matches!(fault(&long, Paths::Indexed).unwrap().kind, Fault::NumberOutOfRange(s) if s.contains("401 characters"))
         );
+        // Without an exponent, 309 digits may pass an `f64`'s range, 308 may not.
+        let at = |digits: usize| format!(r#"{{"n": 9{}}}"#, "9".repeat(digits - 1));
+        assert!(fault(&at(308), Paths::Indexed).is_none());
+        let m = fault(&at(309), Paths::Indexed).unwrap();
+        assert!(matches!(m.kind, Fault::NumberOutOfRange(s) if s.contains("309 characters")));
+        // Far into a long text, past escaped quotes and backslashes, a lone surrogate is
+        // found, and so is the text's end.
+        let text = "ab\\\"cd ".repeat(40);
+        let long = format!(r#"{{"a": "{text}", "b": ["{text}\ud800{text}"]}}"#);
+        let m = fault(&long, Paths::Indexed).unwrap();
+        assert_eq!(
+            (m.kind, m.path.as_str()),
+            (Fault::LoneSurrogate("\\ud800".into()), "b[0]")
+        );
+        let ends = format!(r#"{{"a": "{text}", "b": ["{text}\ud83d\ude00"], "c": 1e999}}"#);
+        assert_eq!(fault(&ends, Paths::Indexed).unwrap().path, "c");
         let deep = format!(
             r#"{{"a": {}{}}}"#,
             "[".repeat(MAX_DEPTH),
