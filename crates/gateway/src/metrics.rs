@@ -489,7 +489,7 @@ impl Metrics {
     /// A streamed answer's first chunk, this long after its request arrived.
     pub fn first_chunk(&self, model: &str, after: std::time::Duration) {
         let seconds = after.as_secs_f64();
-        self.first_chunk.with(model, |h| h.observe(seconds));
+        self.first_chunk.with((model,), |h| h.observe(seconds));
     }
 
     /// A request's answer to a client of `api` ended so (`ended`, its log label) or its
@@ -504,7 +504,7 @@ impl Metrics {
     ) {
         self.answers.with((model, api, ended), Counter::inc);
         let seconds = took.as_secs_f64();
-        self.duration.with(model, |h| h.observe(seconds));
+        self.duration.with((model,), |h| h.observe(seconds));
         for sample in &outcome.samples {
             let finish_reason = finish_label(sample.finish.as_str());
             self.choices.with((model, finish_reason), Counter::inc);
@@ -517,8 +517,8 @@ impl Metrics {
                 c.add(u.completion)
             });
         }
-        (self.cancelled_tokens).with(model, |c| c.add(outcome.cancelled_tokens));
-        (self.unselected_tokens).with(model, |c| c.add(outcome.unselected_tokens));
+        (self.cancelled_tokens).with((model,), |c| c.add(outcome.cancelled_tokens));
+        (self.unselected_tokens).with((model,), |c| c.add(outcome.unselected_tokens));
     }
 
     /// One try of an upstream, and how it ended.

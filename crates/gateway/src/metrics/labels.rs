@@ -1,6 +1,7 @@
 //! The metrics' label sets, and each as the borrowed key a request counts it by
 //! ([`Labels`](super::series::Labels)).
 
+use std::hash::Hash;
 use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -89,158 +90,82 @@ pub(super) struct StateLabels {
     pub(super) op: &'static str,
 }
 
-impl Labels for RequestLabels {
-    type Key<'a> = (&'a str, u16, &'static str);
-
-    fn key(&self) -> Self::Key<'_> {
-        (&self.model, self.status, self.api)
-    }
-
-    fn is(&self, key: Self::Key<'_>) -> bool {
-        self.key() == key
-    }
-
-    fn owned((model, status, api): Self::Key<'_>) -> Self {
-        RequestLabels {
-            model: model.to_string(),
-            status,
-            api,
-        }
-    }
+/// A label's value as a lookup names it (a `String` or an `Arc<str>` as `&str`, a number or
+/// a constant string as itself), and made from that the first time it comes.
+pub(super) trait Field {
+    type Key<'a>: Hash + Copy + PartialEq
+    where
+        Self: 'a;
+    fn key(&self) -> Self::Key<'_>;
+    fn owned(key: Self::Key<'_>) -> Self;
 }
 
-impl Labels for AnswerLabels {
-    type Key<'a> = (&'a str, &'static str, &'static str);
-
-    fn key(&self) -> Self::Key<'_> {
-        (&self.model, self.api, self.ended)
-    }
-
-    fn is(&self, key: Self::Key<'_>) -> bool {
-        self.key() == key
-    }
-
-    fn owned((model, api, ended): Self::Key<'_>) -> Self {
-        AnswerLabels {
-            model: model.to_string(),
-            api,
-            ended,
-        }
-    }
-}
-
-impl Labels for ChoiceLabels {
-    type Key<'a> = (&'a str, &'static str);
-
-    fn key(&self) -> Self::Key<'_> {
-        (&self.model, self.finish_reason)
-    }
-
-    fn is(&self, key: Self::Key<'_>) -> bool {
-        self.key() == key
-    }
-
-    fn owned((model, finish_reason): Self::Key<'_>) -> Self {
-        ChoiceLabels {
-            model: model.to_string(),
-            finish_reason,
-        }
-    }
-}
-
-impl Labels for TokenLabels {
-    type Key<'a> = (&'a str, &'a str, &'static str, &'static str);
-
-    fn key(&self) -> Self::Key<'_> {
-        (&self.model, &self.upstream, self.kind, self.source)
-    }
-
-    fn is(&self, key: Self::Key<'_>) -> bool {
-        self.key() == key
-    }
-
-    fn owned((model, upstream, kind, source): Self::Key<'_>) -> Self {
-        TokenLabels {
-            model: model.to_string(),
-            upstream: upstream.to_string(),
-            kind,
-            source,
-        }
-    }
-}
-
-impl Labels for ModelLabels {
+impl Field for String {
     type Key<'a> = &'a str;
-
-    fn key(&self) -> Self::Key<'_> {
-        &self.model
+    fn key(&self) -> &str {
+        self
     }
-
-    fn is(&self, key: Self::Key<'_>) -> bool {
-        self.key() == key
-    }
-
-    fn owned(model: Self::Key<'_>) -> Self {
-        ModelLabels {
-            model: model.to_string(),
-        }
+    fn owned(key: &str) -> Self {
+        key.to_string()
     }
 }
 
-impl Labels for TryLabels {
-    type Key<'a> = (&'a str, &'a str, &'static str);
-
-    fn key(&self) -> Self::Key<'_> {
-        (&self.model, &self.upstream, self.outcome)
+impl Field for Arc<str> {
+    type Key<'a> = &'a str;
+    fn key(&self) -> &str {
+        self
     }
-
-    fn is(&self, key: Self::Key<'_>) -> bool {
-        self.key() == key
-    }
-
-    fn owned((model, upstream, outcome): Self::Key<'_>) -> Self {
-        TryLabels {
-            model: model.to_string(),
-            upstream: upstream.to_string(),
-            outcome,
-        }
+    fn owned(key: &str) -> Self {
+        Arc::from(key)
     }
 }
 
-impl Labels for KeyLabels {
-    type Key<'a> = (&'a str, u16);
-
-    fn key(&self) -> Self::Key<'_> {
-        (&self.key, self.status)
+impl Field for &'static str {
+    type Key<'a> = &'static str;
+    fn key(&self) -> &'static str {
+        self
     }
-
-    fn is(&self, key: Self::Key<'_>) -> bool {
-        self.key() == key
-    }
-
-    fn owned((key, status): Self::Key<'_>) -> Self {
-        KeyLabels {
-            key: Arc::from(key),
-            status,
-        }
+    fn owned(key: &'static str) -> Self {
+        key
     }
 }
 
-impl Labels for KeyTokenLabels {
-    type Key<'a> = (&'a str, &'static str);
-
-    fn key(&self) -> Self::Key<'_> {
-        (&self.key, self.kind)
+impl Field for u16 {
+    type Key<'a> = u16;
+    fn key(&self) -> u16 {
+        *self
     }
-
-    fn is(&self, key: Self::Key<'_>) -> bool {
-        self.key() == key
-    }
-
-    fn owned((key, kind): Self::Key<'_>) -> Self {
-        KeyTokenLabels {
-            key: Arc::from(key),
-            kind,
-        }
+    fn owned(key: u16) -> Self {
+        key
     }
 }
+
+/// A label set's [`Labels`]: its key is the tuple of its fields' keys, in the order given.
+macro_rules! keyed {
+    ($labels:ident { $($field:ident: $kind:ty),* $(,)? }) => {
+        impl Labels for $labels {
+            type Key<'a> = ($(<$kind as Field>::Key<'a>,)*);
+
+            fn key(&self) -> Self::Key<'_> {
+                ($(self.$field.key(),)*)
+            }
+
+            fn is(&self, key: Self::Key<'_>) -> bool {
+                self.key() == key
+            }
+
+            fn owned(($($field,)*): Self::Key<'_>) -> Self {
+                $labels { $($field: Field::owned($field),)* }
+            }
+        }
+    };
+}
+
+keyed!(RequestLabels { model: String, status: u16, api: &'static str });
+keyed!(AnswerLabels { model: String, api: &'static str, ended: &'static str });
+keyed!(ChoiceLabels { model: String, finish_reason: &'static str });
+keyed!(TokenLabels { model: String, upstream: String, kind: &'static str, source: &'static str });
+keyed!(ModelLabels { model: String });
+keyed!(TryLabels { model: String, upstream: String, outcome: &'static str });
+keyed!(KeyLabels { key: Arc<str>, status: u16 });
+keyed!(KeyTokenLabels { key: Arc<str>, kind: &'static str });

@@ -71,42 +71,20 @@ impl<L: Labels, M: Clone, C: MetricConstructor<M>> Series<L, M, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prometheus_client::encoding::EncodeLabelSet;
+    use crate::metrics::labels::KeyLabels;
     use prometheus_client::metrics::counter::Counter;
-
-    #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-    struct Two {
-        model: String,
-        status: u16,
-    }
-
-    impl Labels for Two {
-        type Key<'a> = (&'a str, u16);
-        fn key(&self) -> Self::Key<'_> {
-            (&self.model, self.status)
-        }
-        fn is(&self, key: Self::Key<'_>) -> bool {
-            self.key() == key
-        }
-        fn owned((model, status): Self::Key<'_>) -> Self {
-            Two {
-                model: model.to_string(),
-                status,
-            }
-        }
-    }
 
     #[test]
     fn a_series_counted_by_its_key_is_the_familys() {
-        let family = Family::<Two, Counter>::default();
+        let family = Family::<KeyLabels, Counter>::default();
         let series = Series::new(family.clone());
-        for (model, status, n) in [("a", 200, 3), ("b", 200, 1), ("a", 429, 2)] {
+        for (key, status, n) in [("a", 200, 3), ("b", 200, 1), ("a", 429, 2)] {
             for _ in 0..n {
-                series.with((model, status), |c| c.inc());
+                series.with((key, status), |c| c.inc());
             }
         }
-        let count = |model: &str, status| {
-            let labels = Two::owned((model, status));
+        let count = |key: &str, status| {
+            let labels = KeyLabels::owned((key, status));
             family.get(&labels).map(|c| c.get())
         };
         assert_eq!(count("a", 200), Some(3));
@@ -118,7 +96,7 @@ mod tests {
 
     #[test]
     fn threads_that_meet_a_new_series_together_count_into_one() {
-        let family = Family::<Two, Counter>::default();
+        let family = Family::<KeyLabels, Counter>::default();
         let series = std::sync::Arc::new(Series::new(family.clone()));
         let threads: Vec<_> = (0..4)
             .map(|_| {
@@ -134,7 +112,7 @@ mod tests {
             thread.join().unwrap();
         }
         let total: u64 = (0..50u16)
-            .map(|status| family.get(&Two::owned(("m", status))).unwrap().get())
+            .map(|status| family.get(&KeyLabels::owned(("m", status))).unwrap().get())
             .sum();
         assert_eq!(total, 4000);
         assert_eq!(series.found.read().unwrap().len(), 50);
