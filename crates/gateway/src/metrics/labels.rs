@@ -1,12 +1,26 @@
 //! The metrics' label sets, and each as the borrowed key a request counts it by
-//! ([`Labels`](super::series::Labels)).
+//! ([`Labels`]).
 
 use std::hash::Hash;
 use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
 
-use super::series::Labels;
+/// A label set that can be named by borrowed values ([`Labels::Key`]), so that a lookup
+/// makes nothing.
+pub(crate) trait Labels: Clone + Hash + Eq + Send + Sync + 'static {
+    /// The labels as borrowed values, as a lookup names them.
+    type Key<'a>: Hash + Copy;
+
+    /// These labels as a key: hashed the same as the key a lookup gives.
+    fn key(&self) -> Self::Key<'_>;
+
+    /// Whether these are the labels `key` names.
+    fn is(&self, key: Self::Key<'_>) -> bool;
+
+    /// The labels `key` names, made (the first time they come).
+    fn owned(key: Self::Key<'_>) -> Self;
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct RequestLabels {

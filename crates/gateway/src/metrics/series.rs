@@ -8,27 +8,13 @@
 //! what `/metrics` shows. The series are as many as the family's, whose labels are bounded
 //! where they are made (a configured model, a known finish reason, a labelled key).
 
-use std::hash::{BuildHasher, Hash};
+use std::hash::BuildHasher;
 use std::sync::RwLock;
 
 use hashbrown::HashTable;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 
-/// A label set that can be named by borrowed values ([`Labels::Key`]), so that a lookup
-/// makes nothing.
-pub(crate) trait Labels: Clone + Hash + Eq + Send + Sync + 'static {
-    /// The labels as borrowed values, as a lookup names them.
-    type Key<'a>: Hash + Copy;
-
-    /// These labels as a key: hashed the same as the key a lookup gives.
-    fn key(&self) -> Self::Key<'_>;
-
-    /// Whether these are the labels `key` names.
-    fn is(&self, key: Self::Key<'_>) -> bool;
-
-    /// The labels `key` names, made (the first time they come).
-    fn owned(key: Self::Key<'_>) -> Self;
-}
+use super::labels::Labels;
 
 /// A family and its series found so far (see the module's documentation).
 pub(crate) struct Series<L, M, C = fn() -> M> {
