@@ -40,6 +40,7 @@
 
 mod litellm;
 mod measure;
+pub mod peers;
 pub mod rate;
 mod savings;
 mod summary;
@@ -74,15 +75,8 @@ pub struct GatewayArgs {
     /// Concurrent streams of the levels.
     #[arg(long, value_delimiter = ',', default_value = "1,100,1000")]
     pub concurrency: Vec<usize>,
-    /// Content events per choice of a paced stream.
-    #[arg(long, default_value_t = 8)]
-    pub ticks: u32,
-    /// Between a choice's content events, ms.
-    #[arg(long, default_value_t = 200.0)]
-    pub interval_ms: f64,
-    /// The upstream's wait before its first event, ms.
-    #[arg(long, default_value_t = 20.0)]
-    pub first_ms: f64,
+    #[command(flatten)]
+    pub pace: Pace,
     /// Concurrent streams of the saturation runs.
     #[arg(long, default_value_t = 32)]
     pub sat_streams: usize,
@@ -117,6 +111,20 @@ pub struct GatewayArgs {
     pub settle_secs: f64,
 }
 
+/// A paced stream's shape.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Pace {
+    /// Content events per choice of a paced stream.
+    #[arg(long, default_value_t = 8)]
+    pub ticks: u32,
+    /// Between a choice's content events, ms.
+    #[arg(long, default_value_t = 200.0)]
+    pub interval_ms: f64,
+    /// The upstream's wait before its first event, ms.
+    #[arg(long, default_value_t = 20.0)]
+    pub first_ms: f64,
+}
+
 /// `--settle-secs` from which every upstream connection the gateway kept for reuse has
 /// closed: two idle lifetimes (the pool's check runs once per lifetime), and a margin.
 fn pool_closed_secs() -> f64 {
@@ -128,6 +136,9 @@ fn pool_closed_secs() -> f64 {
 pub struct Level {
     pub streams: usize,
     pub errors: usize,
+    /// Request sent to the first `data:` line read, ms.
+    pub ttfd_p50_ms: f64,
+    pub ttfd_p99_ms: f64,
     pub ttfc_p50_ms: f64,
     pub ttfc_p99_ms: f64,
     pub delay_p50_ms: f64,
@@ -241,8 +252,8 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
     // One client for the paced levels, closed after them; another for the rest.
     let paced_client = new_client()?;
     let client = new_client()?;
-    let plan = paced_plan(args);
-    let length = stream_length(args);
+    let plan = paced_plan(&args.pace);
+    let length = stream_length(&args.pace);
     let direct_url = format!("{}/v1/chat/completions", upstream.url);
     let gateway_url = format!("{}/v1/chat/completions", gateway.url);
     let proxy_url = format!("{}/v1/chat/completions", proxy.url);
@@ -276,7 +287,7 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
         println!("Gateway VmRSS after the warm-up: {} KiB\n", run.rss_start_kib);
         println!(
             "Paced n = 4 streams: {} content events per choice, {} ms apart after {} ms; times in ms.\n",
-            args.ticks, args.interval_ms, args.first_ms
+            args.pace.ticks, args.pace.interval_ms, args.pace.first_ms
         );
         level_header();
         for &c in &args.concurrency {

@@ -86,6 +86,9 @@ enum Command {
     /// The gateway's requests per second at saturation, paired against another build
     /// (`--before PATH`), rounds alternating.
     GatewayRate(gateway::rate::GatewayRateArgs),
+    /// The gateway beside TensorZero's (`--tensorzero PATH`), same run, same upstream:
+    /// first `data:` and first content at 1, 100 and 500 streams, requests per second.
+    GatewayPeers(gateway::peers::GatewayPeersArgs),
     /// `choicewise usage` on a records database of many rows (1M by default): its answer's
     /// time, SQLite or PostgreSQL (docs/records.md).
     RecordsUsage(records::RecordsUsageArgs),
@@ -411,6 +414,7 @@ fn main() {
     let report = match cli.command {
         Command::Gateway(a) => gateway::run(&a),
         Command::GatewayRate(a) => gateway::rate::run(&a),
+        Command::GatewayPeers(a) => gateway::peers::run(&a),
         Command::RecordsUsage(a) => records::run(&a),
         Command::Soak(a) => soak::run(&a),
         Command::GatewayApis(a) => apis::run(&a),

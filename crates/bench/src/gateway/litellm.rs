@@ -68,8 +68,8 @@ pub(super) fn litellm_run(
         ..Other::default()
     };
     let url = format!("{base}/v1/chat/completions");
-    let plan = paced_plan(args);
-    let length = stream_length(args);
+    let plan = paced_plan(&args.pace);
+    let length = stream_length(&args.pace);
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(
         reqwest::header::AUTHORIZATION,

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use memchr::memmem;
 use serde_json::json;
 
-use super::{GatewayArgs, Level};
+use super::{GatewayArgs, Level, Pace};
 use crate::procs;
 use crate::stats::percentile_sorted;
 use crate::upstream::{Plan, now_ns};
@@ -28,6 +28,8 @@ pub(super) enum Scan {
 
 #[derive(Default)]
 struct StreamOut {
+    /// Request sent to the first `data:` line read, µs.
+    ttfd_us: Option<f64>,
     ttfc_us: Option<f64>,
     delays_us: Vec<f64>,
     events: u64,
@@ -99,6 +101,9 @@ async fn one_stream(client: &reqwest::Client, url: &str, body: Bytes, how: Scan)
         let Some(end) = memmem::rfind(&carry, b"\n\n") else {
             continue;
         };
+        if out.ttfd_us.is_none() && memmem::find(&carry[..end + 2], b"data:").is_some() {
+            out.ttfd_us = Some(now.duration_since(t0).as_secs_f64() * 1e6);
+        }
         let mut ttfc = None;
         scan(&carry[..end + 2], how, ns, &mut out, &mut || {
             ttfc = Some(now.duration_since(t0).as_secs_f64() * 1e6);
@@ -164,7 +169,7 @@ pub(super) async fn level(client: &reqwest::Client, spec: LevelSpec<'_>) -> Leve
         let offset = spec.ramp.mul_f64(i as f64 / spec.concurrency as f64);
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep(offset).await;
-            let mut ttfc = Vec::new();
+            let (mut ttfd, mut ttfc) = (Vec::new(), Vec::new());
             let mut delays = Vec::new();
             let (mut streams, mut errors) = (0usize, 0usize);
             loop {
@@ -188,25 +193,25 @@ pub(super) async fn level(client: &reqwest::Client, spec: LevelSpec<'_>) -> Leve
                     errors += 1;
                     continue;
                 }
-                if let Some(t) = out.ttfc_us {
-                    ttfc.push(t);
-                }
+                ttfd.extend(out.ttfd_us);
+                ttfc.extend(out.ttfc_us);
                 delays.extend(out.delays_us);
             }
-            (ttfc, delays, streams, errors)
+            (ttfd, ttfc, delays, streams, errors)
         }));
     }
-    let mut ttfc = Vec::new();
+    let (mut ttfd, mut ttfc) = (Vec::new(), Vec::new());
     let mut delays = Vec::new();
     let mut result = Level {
         rss_before_kib: rss_before,
         ..Level::default()
     };
     for task in tasks {
-        let Ok((t, d, s, e)) = task.await else {
+        let Ok((f, t, d, s, e)) = task.await else {
             result.errors += 1;
             continue;
         };
+        ttfd.extend(f);
         ttfc.extend(t);
         delays.extend(d);
         result.streams += s;
@@ -219,8 +224,11 @@ pub(super) async fn level(client: &reqwest::Client, spec: LevelSpec<'_>) -> Leve
         result.peak_rss_kib = rss;
         result.open_at_peak = open;
     }
+    ttfd.sort_by(f64::total_cmp);
     ttfc.sort_by(f64::total_cmp);
     delays.sort_by(f64::total_cmp);
+    result.ttfd_p50_ms = percentile_sorted(&ttfd, 50.0) / 1000.0;
+    result.ttfd_p99_ms = percentile_sorted(&ttfd, 99.0) / 1000.0;
     result.ttfc_p50_ms = percentile_sorted(&ttfc, 50.0) / 1000.0;
     result.ttfc_p99_ms = percentile_sorted(&ttfc, 99.0) / 1000.0;
     result.delay_p50_ms = percentile_sorted(&delays, 50.0) / 1000.0;
@@ -243,7 +251,7 @@ pub(super) fn request(model: &str, n: u32, plan: &Plan, extra: Option<serde_json
     Bytes::from(body.to_string())
 }
 
-pub(super) fn paced_plan(args: &GatewayArgs) -> Plan {
+pub(super) fn paced_plan(args: &Pace) -> Plan {
     Plan {
         tag: 0,
         ticks: args.ticks,
@@ -256,7 +264,7 @@ pub(super) fn paced_plan(args: &GatewayArgs) -> Plan {
     }
 }
 
-pub(super) fn stream_length(args: &GatewayArgs) -> Duration {
+pub(super) fn stream_length(args: &Pace) -> Duration {
     Duration::from_secs_f64(
         (args.first_ms + args.interval_ms * f64::from(args.ticks.saturating_sub(1))) / 1000.0,
     )
