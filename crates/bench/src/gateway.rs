@@ -136,7 +136,7 @@ fn pool_closed_secs() -> f64 {
 pub struct Level {
     pub streams: usize,
     pub errors: usize,
-    /// Request sent to the first `data:` line read, ms.
+    /// Request sent to the first whole `data:` event read, ms.
     pub ttfd_p50_ms: f64,
     pub ttfd_p99_ms: f64,
     pub ttfc_p50_ms: f64,

@@ -28,7 +28,7 @@ pub(super) enum Scan {
 
 #[derive(Default)]
 struct StreamOut {
-    /// Request sent to the first `data:` line read, µs.
+    /// Request sent to the first whole `data:` event read, µs.
     ttfd_us: Option<f64>,
     ttfc_us: Option<f64>,
     delays_us: Vec<f64>,
