@@ -24,6 +24,12 @@ pub fn percentile_sorted<T: Copy + Default>(sorted: &[T], p: f64) -> T {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// Each of `v` to three decimals, comma-separated (a run's rounds, as the reports list them).
+pub fn listed(v: &[f64]) -> String {
+    let texts: Vec<String> = v.iter().map(|x| format!("{x:.3}")).collect();
+    texts.join(", ")
+}
+
 /// Minimum and maximum of `v`.
 pub fn min_max(v: &[f64]) -> (f64, f64) {
     v.iter()
@@ -35,6 +41,12 @@ pub fn min_max(v: &[f64]) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rounds_are_listed_to_three_decimals() {
+        assert_eq!(listed(&[1.0, 0.98765, -0.1]), "1.000, 0.988, -0.100");
+        assert_eq!(listed(&[]), "");
+    }
 
     #[test]
     fn medians_and_percentiles() {

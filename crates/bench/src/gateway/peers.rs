@@ -18,7 +18,7 @@ use super::measure::{LevelSpec, Scan, level, paced_plan, request, stream_length}
 use super::rate::{Rate, RateArgs, request_rate};
 use super::{Level, Pace};
 use crate::procs::{self, Server};
-use crate::stats::median;
+use crate::stats::{listed, median};
 use crate::{Report, Target, load, runtime};
 
 /// TensorZero's name for a model of its configuration on its OpenAI-compatible route.
@@ -284,7 +284,7 @@ pub fn run(args: &GatewayPeersArgs) -> Report {
                 added(|r| r.0),
                 added(|r| r.1 - r.0),
                 added(|r| r.2 - r.0),
-                ratios.iter().map(|r| format!("{r:.3}")).collect::<Vec<_>>().join(", ")
+                listed(&ratios)
             ));
             let target = TARGETS.iter().find(|(at, of, _)| *at == c && *of == figure);
             if let (Some((_, _, name)), false) = (target, ratios.is_empty()) {
@@ -308,8 +308,8 @@ pub fn run(args: &GatewayPeersArgs) -> Report {
         median(&rates.iter().map(|r| r.0.cpu_us).collect::<Vec<_>>()),
         median(&rates.iter().map(|r| r.1.per_s).collect::<Vec<_>>()),
         median(&rates.iter().map(|r| r.1.cpu_us).collect::<Vec<_>>()),
-        per_s.iter().map(|r| format!("{r:.3}")).collect::<Vec<_>>().join(", "),
-        cpu.iter().map(|r| format!("{r:.3}")).collect::<Vec<_>>().join(", ")
+        listed(&per_s),
+        listed(&cpu)
     ));
     report.targets.push(Target {
         name: "gateway_vs_tensorzero_requests_per_s",

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::measure::{LevelSpec, Scan, level, request};
 use crate::procs::{self, Server};
-use crate::stats::median;
+use crate::stats::{listed, median};
 use crate::upstream::Plan;
 use crate::{Report, Target, load, runtime};
 
@@ -329,11 +329,7 @@ pub fn run(args: &GatewayRateArgs) -> Report {
         let before_cpu = median(&theirs.iter().map(|r| r.cpu_us).collect::<Vec<_>>());
         report.info.push(format!(
             "INFO before: {before:.0} requests/s, CPU {before_cpu:.0} µs a request; rounds' ratios {}",
-            ratios
-                .iter()
-                .map(|r| format!("{r:.3}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            listed(&ratios)
         ));
         report.info.push(format!(
             "INFO first chunk p50 added vs before: {:+.3} ms (median; rounds {})",
