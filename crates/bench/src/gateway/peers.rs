@@ -262,16 +262,23 @@ pub fn run(args: &GatewayPeersArgs) -> Report {
     }
     for (i, &c) in args.concurrency.iter().enumerate() {
         for (figure, read) in FIGURES {
+            // A round is judged only where every stream through both gateways was read whole:
+            // a gateway that failed its streams has no figure, not a fast one.
             let per_round: Vec<(f64, f64, f64)> = rounds
                 .iter()
                 .filter_map(|(d, o, t)| {
-                    Some((
-                        read(d.get(i)?),
-                        read(o.levels.get(i)?),
-                        read(t.levels.get(i)?),
-                    ))
+                    let (d, o, t) = (d.get(i)?, o.levels.get(i)?, t.levels.get(i)?);
+                    let whole = |l: &Level| l.streams > 0 && l.errors == 0;
+                    (whole(d) && whole(o) && whole(t)).then(|| (read(d), read(o), read(t)))
                 })
                 .collect();
+            if per_round.len() < rounds.len() {
+                report.info.push(format!(
+                    "INFO c={c} {figure}: {} of {} rounds had failed streams and are not judged",
+                    rounds.len() - per_round.len(),
+                    rounds.len()
+                ));
+            }
             let ratios: Vec<f64> = per_round.iter().map(|(_, o, t)| o / t).collect();
             let added = |f: fn(&(f64, f64, f64)) -> f64| {
                 median(&per_round.iter().map(f).collect::<Vec<_>>())
@@ -298,7 +305,17 @@ pub fn run(args: &GatewayPeersArgs) -> Report {
             }
         }
     }
-    let rates: Vec<(Rate, Rate)> = rounds.iter().map(|(_, o, t)| (o.rate, t.rate)).collect();
+    // As the levels: a rate is judged only where both gateways answered without an error.
+    let rates: Vec<(Rate, Rate)> = (rounds.iter())
+        .map(|(_, o, t)| (o.rate, t.rate))
+        .filter(|(o, t)| o.errors == 0 && t.errors == 0 && o.per_s > 0.0 && t.per_s > 0.0)
+        .collect();
+    if rates.is_empty() {
+        report
+            .info
+            .push("INFO saturation: no round without errors".into());
+        return report;
+    }
     let per_s: Vec<f64> = rates.iter().map(|(o, t)| o.per_s / t.per_s).collect();
     let cpu: Vec<f64> = rates.iter().map(|(o, t)| o.cpu_us / t.cpu_us).collect();
     report.info.push(format!(
