@@ -146,6 +146,24 @@ impl Gateway {
     /// admission (`memory_high_watermark_mb`), a slot taken (`max_concurrent_requests`),
     /// held until the answer's last byte, and the body read and charged its cost.
     pub fn router(&self) -> axum::Router {
+        axum::Router::new().fallback_service(self.service())
+    }
+
+    /// What [`router`](Self::router) serves, as the one service the listener calls: the
+    /// layers every request meets around the routes, without a router around them (each
+    /// router a request passes clones its route's service and boxes its future), and the
+    /// console's routes beside them only when the console is on this listener.
+    pub(crate) fn service(
+        &self,
+    ) -> impl tower::Service<
+        axum::extract::Request,
+        Response = axum::response::Response,
+        Error = std::convert::Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static {
         let gw = self.clone();
         let slots = || from_fn_with_state(gw.inner.admission.clone(), layers::slots);
         // Each client API's route ([`api::each`]: the one list).
@@ -215,28 +233,32 @@ impl Gateway {
         // each route (`Router::layer`): a route's layers are cloned for each request it
         // serves, and cloning a layer clones what it wraps.
         let admission = || gw.inner.admission.clone();
-        let checked = tower::ServiceBuilder::new()
-            .layer(from_fn_with_state(admission(), layers::browsers))
-            .service(router.with_state(gw.clone()));
-        let mut routes = axum::Router::new();
+        let routes = router.with_state(gw.clone());
         // The console on this listener: outside the checks that keep web pages out (it is
-        // a web page, signed by the operator and checked for its own origin).
-        if gw
-            .inner
-            .console
-            .as_ref()
-            .is_some_and(|c| c.listen.is_none())
-        {
-            routes = routes.merge(console::routes().with_state(gw.clone()));
-        }
-        let every = tower::ServiceBuilder::new()
-            .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
-                layers::RequestIds,
-            ))
-            .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
-            .layer(from_fn_with_state(admission(), layers::count))
-            .service(routes.fallback_service(checked));
-        axum::Router::new().fallback_service(every)
+        // a web page, signed by the operator and checked for its own origin). Without it,
+        // the count's layer makes those checks itself.
+        let console_here = (gw.inner.console.as_ref()).is_some_and(|c| c.listen.is_none());
+        let routes = match console_here {
+            true => tower::util::Either::Left(
+                axum::Router::new()
+                    .merge(console::routes().with_state(gw.clone()))
+                    .fallback_service(
+                        tower::ServiceBuilder::new()
+                            .layer(from_fn_with_state(admission(), layers::browsers))
+                            .service(routes),
+                    ),
+            ),
+            false => tower::util::Either::Right(routes),
+        };
+        let counting = layers::Counting {
+            gate: admission(),
+            checks: !console_here,
+        };
+        // The count's layer also gives each request its id (the client's `x-request-id`,
+        // or one made here) and echoes it on the answer.
+        tower::ServiceBuilder::new()
+            .layer(from_fn_with_state(counting, layers::count))
+            .service(routes)
     }
 
     /// The console's routes alone (`/console`, docs/console.md), for a listener of their
@@ -262,7 +284,7 @@ impl Gateway {
             .fallback(layers::unknown_route)
             .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
             .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
-                layers::RequestIds,
+                admission::request_id::RequestIds,
             ))
             .with_state(gw)
     }

@@ -70,7 +70,7 @@ pub(crate) async fn accept_until(
     let limits = &gateway.inner.limits;
     let bounds = Bounds::of(limits);
     let open = Arc::new(Semaphore::new(limits.max_connections));
-    let router = gateway.router();
+    let router = gateway.service();
     let (ending_tx, ending) = watch::channel(false);
     // Each connection's task holds a sender: `recv` answers `None` once all have ended.
     let (alive, mut all_ended) = mpsc::channel::<()>(1);

@@ -22,6 +22,7 @@ use futures::StreamExt;
 
 use crate::admission::auth;
 use crate::admission::overload;
+use crate::admission::request_id::{RequestIds, X_REQUEST_ID};
 use crate::admission::unsent;
 use crate::api::{BodyCost, PathApi, of_path as api_of};
 use crate::error::ApiError;
@@ -128,23 +129,42 @@ impl Drop for Unanswered {
 /// 415, 401, 413, 429) and unknown routes included; a request whose client went away before
 /// any answer as [`CLIENT_GONE_STATUS`], under the model its handler had named.
 pub(crate) async fn count(
-    State(gate): State<Arc<Admission>>,
+    State(Counting { gate, checks }): State<Counting>,
     mut request: Request,
     next: Next,
 ) -> Response {
     let api = path_api_label(request.uri().path());
     let model = RequestModel::default();
     request.extensions_mut().insert(model.clone());
+    // The request's id: the client's, or one made here; echoed on its answer.
+    let request_id = match request.headers().get(X_REQUEST_ID) {
+        Some(id) => Some(id.clone()),
+        None => RequestIds::made().inspect(|id| {
+            request.headers_mut().insert(X_REQUEST_ID, id.clone());
+        }),
+    };
     let mut unanswered = Unanswered {
         gate,
         api,
         model,
-        request_id: request.headers().get("x-request-id").cloned(),
+        request_id,
         arrived: std::time::Instant::now(),
         answered: false,
     };
-    let response = next.run(request).await;
+    let refused = match checks {
+        true => refused_keyless(&unanswered.gate, &request),
+        false => None,
+    };
+    let mut response = match refused {
+        Some(refused) => refused,
+        None => next.run(request).await,
+    };
     unanswered.answered = true;
+    if let Some(id) = &unanswered.request_id
+        && !response.headers().contains_key(X_REQUEST_ID)
+    {
+        response.headers_mut().insert(X_REQUEST_ID, id.clone());
+    }
     let model = (response.extensions().get::<ModelLabel>()).map_or("", |m| m.0.as_str());
     let status = response.status().as_u16();
     let gate = &unanswered.gate;
@@ -157,29 +177,6 @@ pub(crate) async fn count(
     response
 }
 
-/// Makes the id of a request that came without an `x-request-id`: `req-` then the time
-/// and a counter, in hexadecimal (unique within a gateway's life).
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct RequestIds;
-
-impl tower_http::request_id::MakeRequestId for RequestIds {
-    fn make_request_id<B>(
-        &mut self,
-        _: &axum::http::Request<B>,
-    ) -> Option<tower_http::request_id::RequestId> {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
-        let id = format!("req-{:x}{n:04x}", nanos & 0xffff_ffff_ffff);
-        header::HeaderValue::from_str(&id)
-            .ok()
-            .map(tower_http::request_id::RequestId::new)
-    }
-}
-
 /// Without `[auth]`: only loopback `Host`s, no cross-origin page unless its origin is
 /// listed in `allowed_origins`, and JSON bodies only (a page's form or `text/plain` POST
 /// needs no preflight). A web page, or a DNS-rebound name, cannot spend the upstreams' keys.
@@ -188,10 +185,26 @@ pub(crate) async fn browsers(
     request: Request,
     next: Next,
 ) -> Response {
-    if !gate.keys.load().is_empty() {
-        return next.run(request).await;
+    match refused_keyless(&gate, &request) {
+        Some(refused) => refused,
+        None => next.run(request).await,
     }
-    if let Err(e) = keyless_checks(&gate, request.method(), request.headers()) {
+}
+
+/// The state of [`count`]: the admission's, and whether it also makes the checks of
+/// [`browsers`] (where no route it wraps is outside them: one layer fewer a request).
+#[derive(Clone)]
+pub(crate) struct Counting {
+    pub(crate) gate: Arc<Admission>,
+    pub(crate) checks: bool,
+}
+
+/// [`browsers`]' answer to a request its checks refuse; `None` when it may go on.
+fn refused_keyless(gate: &Admission, request: &Request) -> Option<Response> {
+    if !gate.keys.load().is_empty() {
+        return None;
+    }
+    if let Err(e) = keyless_checks(gate, request.method(), request.headers()) {
         // Said in the log (a client that cannot reach the gateway may not say why), at
         // most once a while.
         if let Some(left_out) = gate
@@ -206,9 +219,9 @@ pub(crate) async fn browsers(
                 e.message
             );
         }
-        return shaped(api_of(request.uri().path()), e);
+        return Some(shaped(api_of(request.uri().path()), e));
     }
-    next.run(request).await
+    None
 }
 
 fn keyless_checks(gate: &Admission, method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {

@@ -5,6 +5,7 @@
 pub(crate) mod auth;
 pub(crate) mod layers;
 pub(crate) mod overload;
+pub(crate) mod request_id;
 pub(crate) mod unsent;
 
 use std::net::SocketAddr;

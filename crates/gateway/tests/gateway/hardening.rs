@@ -517,6 +517,9 @@ async fn a_keyless_gateway_is_closed_to_web_pages() {
         .await
         .unwrap();
     assert_eq!(page.status(), 403);
+    // A refusal carries the request's id, as every answer does.
+    let id = page.headers()["x-request-id"].to_str().unwrap();
+    assert!(id.starts_with("req-"), "{id}");
     let body: Value = page.json().await.unwrap();
     assert!(
         body["error"]["message"]
@@ -547,6 +550,15 @@ async fn a_keyless_gateway_is_closed_to_web_pages() {
     let listed = send(None, Some("https://app.example"), json).await.unwrap();
     assert_eq!(listed.status(), 200);
     assert_eq!(upstream.request_count(), 4);
+    // Each refusal counted once, under its status.
+    crate::common::metrics_with(
+        addr,
+        &[
+            "choicewise_requests_total{model=\"\",status=\"403\",api=\"chat\"} 3",
+            "choicewise_requests_total{model=\"\",status=\"415\",api=\"chat\"} 2",
+        ],
+    )
+    .await;
 
     // With [auth], the key is the guard: any Host and Origin with a key are served.
     let keyed = config(
