@@ -269,9 +269,18 @@ fn is_json(headers: &HeaderMap) -> bool {
         .next()
         .unwrap_or_default()
         .trim()
-        .to_ascii_lowercase();
-    essence == "application/json"
-        || (essence.starts_with("application/") && essence.ends_with("+json"))
+        .as_bytes();
+    // Compared without case, and without a copy.
+    let starts = |prefix: &[u8]| {
+        essence
+            .get(..prefix.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(prefix))
+    };
+    let ends = |suffix: &[u8]| {
+        (essence.len().checked_sub(suffix.len()))
+            .is_some_and(|at| essence[at..].eq_ignore_ascii_case(suffix))
+    };
+    essence.eq_ignore_ascii_case(b"application/json") || (starts(b"application/") && ends(b"+json"))
 }
 
 /// The key of a request's answer ([`keys::Caller::label`]), set by the [`auth`] layer
@@ -771,6 +780,10 @@ mod tests {
         assert!(with("application/json"));
         assert!(with("Application/JSON; charset=utf-8"));
         assert!(with("application/vnd.api+json"));
+        assert!(with("APPLICATION/Problem+JSON"));
+        assert!(!with("text/plain+json"));
+        assert!(!with("application/+jso"));
+        assert!(!with("application/json-seq"));
         assert!(!with("text/plain"));
         assert!(!with("application/x-www-form-urlencoded"));
         assert!(!with("multipart/form-data; boundary=x"));

@@ -20,6 +20,9 @@ use crate::answer::ending::{AnswerEnd, Cut, OutputEnd, Seen, decide};
 use crate::answer::write::{Framing, Tail};
 use crate::api::chat::ChatFraming;
 
+/// The bytes first set aside for a choice's elements kept unparsed: a short answer's.
+const ELEMENTS_ROOM: usize = 4096;
+
 /// One choice of a chunk, as far as the relay reads it: its texts and its finish.
 #[derive(Deserialize)]
 struct Choice<'a> {
@@ -387,6 +390,11 @@ impl State {
                 false => self.bound.is_some(),
             };
             if !counted {
+                if self.elements.capacity() == 0 {
+                    // Room for a short answer's elements at once, rather than growing
+                    // through each size up to it.
+                    self.elements.reserve(ELEMENTS_ROOM);
+                }
                 self.elements.extend_from_slice(element.as_bytes());
                 if !choice.finishes {
                     continue;
