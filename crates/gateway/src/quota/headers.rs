@@ -63,17 +63,35 @@ impl RateHeaders {
     /// `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests` (a duration as OpenAI
     /// writes it: `1s`, `6m0s`, `20ms`), and the same for `-tokens`.
     pub(crate) fn into_pairs(self) -> Headers {
-        let mut pairs = Vec::with_capacity(6);
-        for (left, [limit, remaining, reset]) in [self.requests, self.tokens].into_iter().zip(NAMES)
-        {
-            if let Some(left) = left {
-                let reset_at = duration_text(left.reset_ms);
-                pairs.push((limit, HeaderValue::from(left.limit)));
-                pairs.push((remaining, HeaderValue::from(left.remaining)));
-                // Digits and letters: always a header's value.
-                if let Ok(value) = HeaderValue::try_from(reset_at) {
-                    pairs.push((reset, value));
-                }
+        // The values written into one buffer, each header's value a slice of it: one
+        // allocation for all of them rather than one each.
+        let mut text = String::with_capacity(64);
+        let mut ends = [(0usize, 0usize); 6];
+        let mut written = 0;
+        for left in [self.requests, self.tokens] {
+            let Some(left) = left else { continue };
+            for value in [left.limit, left.remaining] {
+                let start = text.len();
+                text.push_str(itoa::Buffer::new().format(value));
+                ends[written] = (start, text.len());
+                written += 1;
+            }
+            let start = text.len();
+            duration_into(&mut text, left.reset_ms);
+            ends[written] = (start, text.len());
+            written += 1;
+        }
+        let bytes = axum::body::Bytes::from(text);
+        let names = [self.requests, self.tokens]
+            .into_iter()
+            .zip(NAMES)
+            .filter(|(left, _)| left.is_some())
+            .flat_map(|(_, names)| names);
+        let mut pairs = Vec::with_capacity(written);
+        for (name, (start, end)) in names.zip(&ends[..written]) {
+            // Digits and letters: always a header's value.
+            if let Ok(value) = HeaderValue::from_maybe_shared(bytes.slice(*start..*end)) {
+                pairs.push((name, value));
             }
         }
         pairs
@@ -83,14 +101,27 @@ impl RateHeaders {
 /// A duration as OpenAI's `x-ratelimit-reset-*` headers write it: `20ms` under a second,
 /// else whole seconds (rounded up) as `45s`, `6m0s`, `1h2m3s`.
 pub(super) fn duration_text(ms: u64) -> String {
+    let mut text = String::new();
+    duration_into(&mut text, ms);
+    text
+}
+
+/// [`duration_text`]'s words, written at the end of `text`.
+fn duration_into(text: &mut String, ms: u64) {
+    let mut number = |n: u64, unit: &str| {
+        text.push_str(itoa::Buffer::new().format(n));
+        text.push_str(unit);
+    };
     if ms < 1_000 {
-        return format!("{ms}ms");
+        return number(ms, "ms");
     }
     let s = ms.div_ceil(1_000);
     let (h, m, s) = (s / 3_600, s % 3_600 / 60, s % 60);
-    match (h, m) {
-        (0, 0) => format!("{s}s"),
-        (0, m) => format!("{m}m{s}s"),
-        (h, m) => format!("{h}h{m}m{s}s"),
+    if h > 0 {
+        number(h, "h");
     }
+    if h > 0 || m > 0 {
+        number(m, "m");
+    }
+    number(s, "s");
 }

@@ -759,6 +759,9 @@ mod tests {
         assert_eq!(pairs, want);
         assert_eq!(duration_text(360_000), "6m0s");
         assert_eq!(duration_text(41_001), "42s");
+        assert_eq!(duration_text(999), "999ms");
+        assert_eq!(duration_text(1_000), "1s");
+        assert_eq!(duration_text(3_605_000), "1h0m5s");
     }
 
     /// The limits of `toml`, and its keys as callers, in the file's order.
