@@ -166,19 +166,30 @@ impl Gateway {
     + 'static {
         let gw = self.clone();
         let slots = || from_fn_with_state(gw.inner.admission.clone(), layers::slots);
+        // The `/v1` routes' layers: the key on each (`auth`), and, on a route that takes a
+        // body, the key then the slot as one layer (`admit`, the slot for a `POST` alone).
+        // Each wraps its route's every method and its fallback, as a router's
+        // `route_layer` would.
+        let auth = || from_fn_with_state(gw.inner.admission.clone(), layers::auth);
+        let admit = || from_fn_with_state(gw.inner.admission.clone(), layers::admit);
         // Each client API's route ([`api::each`]: the one list).
         struct Routes(axum::Router<Gateway>, Gateway);
         impl api::EachApi for Routes {
             fn api<A: api::ClientApi>(&mut self) {
-                let gate = self.1.inner.admission.clone();
-                let mut route = post(answer::<A>).layer(from_fn_with_state(gate, layers::slots));
+                let gate = || self.1.inner.admission.clone();
+                let mut route = post(answer::<A>);
                 let mut routes = std::mem::take(&mut self.0);
                 // Its own model list, when it has one: the list, and one model on its route.
                 if let Some(list) = A::MODELS {
                     route = route.get(handlers::api_model::<A>);
-                    routes = routes.route(list, get(handlers::api_models::<A>));
+                    let listed = get(handlers::api_models::<A>);
+                    routes =
+                        routes.route(list, listed.layer(from_fn_with_state(gate(), layers::auth)));
                 }
-                self.0 = routes.route(A::ROUTE, route.fallback(layers::post_only));
+                let route = route
+                    .fallback(layers::post_only)
+                    .layer(from_fn_with_state(gate(), layers::admit));
+                self.0 = routes.route(A::ROUTE, route);
             }
         }
         let mut routes = Routes(axum::Router::new(), gw.clone());
@@ -188,20 +199,17 @@ impl Gateway {
             .route(
                 "/v1/messages/count_tokens",
                 post(count::count_tokens)
-                    .layer(slots())
-                    .fallback(layers::post_only),
+                    .fallback(layers::post_only)
+                    .layer(admit()),
             )
-            .route("/v1/models", get(handlers::list_models))
-            .route("/v1/key", get(admin::own))
+            .route("/v1/models", get(handlers::list_models).layer(auth()))
+            .route("/v1/key", get(admin::own).layer(auth()))
             .route(
                 "/v1/models/{id}",
-                get(handlers::one_model).merge(
-                    post(handlers::v1_model_method)
-                        .layer(slots())
-                        .fallback(layers::post_only),
-                ),
-            )
-            .route_layer(from_fn_with_state(gw.inner.admission.clone(), layers::auth));
+                get(handlers::one_model)
+                    .merge(post(handlers::v1_model_method).fallback(layers::post_only))
+                    .layer(admit()),
+            );
         // A client whose base URL already ends in `/v1` and adds `/v1` itself (Claude Code
         // given `.../v1`) asks `/v1/v1/...`: served as `/v1/...`, the operator told once.
         let doubled = api

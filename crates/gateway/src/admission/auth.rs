@@ -3,9 +3,13 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use axum::extract::Request;
 use axum::http::HeaderMap;
+use axum::response::Response;
 
-use crate::keys::{Keys, given_key};
+use crate::admission::Admission;
+use crate::error::ApiError;
+use crate::keys::{self, Keys, given_key};
 use crate::upstream::resilience;
 
 /// Whether `host` (a `Host` header) names a gateway listening on `listening` on loopback:
@@ -81,3 +85,34 @@ pub(crate) fn client_of(
 /// own listener serves: who a keyless gateway's request comes from.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Peer(pub(crate) std::net::IpAddr);
+
+/// The key of a request's answer ([`keys::Caller::label`]), set by the key's layer
+/// for the count of [`count`](super::layers::count).
+#[derive(Debug, Clone)]
+pub(crate) struct KeyLabel(pub keys::Caller);
+
+/// The key's check ([`auth`](super::layers::auth)): the caller, kept in the request's
+/// extensions (none without keys), or why it is refused.
+pub(crate) fn authorized(
+    gate: &Admission,
+    request: &mut Request,
+) -> Result<Option<keys::Caller>, ApiError> {
+    let keys = gate.keys.load();
+    if keys.is_empty() {
+        // No key to check, and nobody to name: the handler reads an absent caller as
+        // `Caller::Open`.
+        return Ok(None);
+    }
+    let caller = keys.authorize(request.headers(), request.uri())?;
+    drop(keys);
+    request.extensions_mut().insert(caller.clone());
+    Ok(Some(caller))
+}
+
+/// An answer with its caller named, for its count by key.
+pub(crate) fn labelled(mut response: Response, caller: Option<keys::Caller>) -> Response {
+    if let Some(caller) = caller {
+        response.extensions_mut().insert(KeyLabel(caller));
+    }
+    response
+}

@@ -21,12 +21,12 @@ use axum::response::Response;
 use futures::StreamExt;
 
 use crate::admission::auth;
+use crate::admission::auth::KeyLabel;
 use crate::admission::overload;
 use crate::admission::request_id::{RequestIds, X_REQUEST_ID};
 use crate::admission::unsent;
 use crate::api::{BodyCost, PathApi, of_path as api_of};
 use crate::error::ApiError;
-use crate::keys;
 use crate::metrics::{CLIENT_GONE_STATUS, RequestModel};
 use crate::wellformed::Scan;
 
@@ -283,11 +283,6 @@ fn is_json(headers: &HeaderMap) -> bool {
     essence.eq_ignore_ascii_case(b"application/json") || (starts(b"application/") && ends(b"+json"))
 }
 
-/// The key of a request's answer ([`keys::Caller::label`]), set by the [`auth`] layer
-/// for the count of [`count`].
-#[derive(Debug, Clone)]
-pub(crate) struct KeyLabel(pub keys::Caller);
-
 /// The client's key, from the headers alone: 401 before anything else happens. Who sent
 /// the request ([`keys::Caller`]) goes into its extensions, for its handler, and onto its
 /// answer, for its count by key.
@@ -296,22 +291,29 @@ pub(crate) async fn auth(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let keys = gate.keys.load();
-    if keys.is_empty() {
-        // No key to check, and nobody to name: the handler reads an absent caller as
-        // `Caller::Open`.
-        drop(keys);
-        return next.run(request).await;
-    }
-    let caller = match keys.authorize(request.headers(), request.uri()) {
+    let caller = match auth::authorized(&gate, &mut request) {
         Ok(caller) => caller,
         Err(e) => return shaped(api_of(request.uri().path()), e),
     };
-    drop(keys);
-    request.extensions_mut().insert(caller.clone());
-    let mut response = next.run(request).await;
-    response.extensions_mut().insert(KeyLabel(caller));
-    response
+    auth::labelled(next.run(request).await, caller)
+}
+
+/// [`auth`], then, for a `POST`, [`slots`]: the layers of a route that takes a body, as one
+/// (a request pays for one layer, not two).
+pub(crate) async fn admit(
+    State(gate): State<Arc<Admission>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let caller = match auth::authorized(&gate, &mut request) {
+        Ok(caller) => caller,
+        Err(e) => return shaped(api_of(request.uri().path()), e),
+    };
+    let response = match request.method() == Method::POST {
+        true => slotted(gate, request, next).await,
+        false => next.run(request).await,
+    };
+    auth::labelled(response, caller)
 }
 
 /// A declared body over `max_body_bytes` is refused at once (413); then the request takes
@@ -319,9 +321,14 @@ pub(crate) async fn auth(
 /// written, or its client gone.
 pub(crate) async fn slots(
     State(gate): State<Arc<Admission>>,
-    mut request: Request,
+    request: Request,
     next: Next,
 ) -> Response {
+    slotted(gate, request, next).await
+}
+
+/// [`slots`]' work.
+async fn slotted(gate: Arc<Admission>, mut request: Request, next: Next) -> Response {
     let arrived = std::time::Instant::now();
     let declared = (request.headers().get(header::CONTENT_LENGTH))
         .and_then(|v| v.to_str().ok())

@@ -117,6 +117,53 @@ async fn refusal(response: reqwest::Response) -> (u16, Option<u64>, Value) {
     (status, wait, response.json().await.unwrap())
 }
 
+/// The key is checked on every `/v1` route and every method of it, before the method is
+/// judged (405) and before a body route takes a slot; the unknown `/v1` path is a 404 to
+/// anyone.
+#[tokio::test]
+async fn the_key_comes_first_on_every_method_of_every_v1_route() {
+    let upstream = upstream().await;
+    let toml = format!(
+        "[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n{}",
+        models(&upstream, "")
+    );
+    let served = Served::start(&toml).await;
+    let client = reqwest::Client::new();
+    let send = |method: reqwest::Method, path: &str, key: Option<&str>| {
+        let mut r = client.request(method, format!("http://{}{path}", served.addr));
+        if let Some(key) = key {
+            r = r.bearer_auth(key);
+        }
+        r.header("content-type", "application/json")
+            .body("{}")
+            .send()
+    };
+    use reqwest::Method;
+    for (method, path, keyed) in [
+        (Method::POST, "/v1/chat/completions", 400),
+        (Method::GET, "/v1/chat/completions", 405),
+        (Method::DELETE, "/v1/chat/completions", 405),
+        (Method::POST, "/v1/messages/count_tokens", 400),
+        (Method::GET, "/v1/messages/count_tokens", 405),
+        (Method::GET, "/v1/models", 200),
+        (Method::POST, "/v1/models", 405),
+        (Method::GET, "/v1/models/small", 200),
+        (Method::GET, "/v1/key", 200),
+        (Method::GET, "/v1/v1/models", 200),
+    ] {
+        let without = send(method.clone(), path, None).await.unwrap();
+        assert_eq!(without.status(), 401, "{method} {path} without a key");
+        let wrong = send(method.clone(), path, Some("sk-wrong")).await.unwrap();
+        assert_eq!(wrong.status(), 401, "{method} {path} with a wrong key");
+        let with = send(method.clone(), path, Some("sk-team-a")).await.unwrap();
+        assert_eq!(with.status(), keyed, "{method} {path} with the key");
+    }
+    let unknown = send(Method::GET, "/v1/nothing", None).await.unwrap();
+    assert_eq!(unknown.status(), 404);
+    assert_eq!(upstream.request_count(), 0);
+    served.stop().await;
+}
+
 #[tokio::test]
 async fn named_keys_are_told_apart_limited_and_kept_to_their_models() {
     let up = upstream().await;
