@@ -426,7 +426,7 @@ impl Operator {
 }
 
 /// Compares two byte strings in time that depends on their lengths only.
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 

@@ -109,11 +109,12 @@ pub(crate) async fn accept_until(
             gateway.clone(),
         ));
         let router = router.clone();
+        let connection = Arc::new(crate::admission::auth::Connection::new(peer.ip()));
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             in_flight.fetch_add(1, Ordering::AcqRel);
             request
                 .extensions_mut()
-                .insert(crate::admission::auth::Peer(peer.ip()));
+                .insert(crate::admission::auth::Peer(connection.clone()));
             let guard = InFlight(in_flight.clone());
             let answer = router.clone().oneshot(request.map(Body::new));
             async move {

@@ -164,6 +164,76 @@ async fn the_key_comes_first_on_every_method_of_every_v1_route() {
     served.stop().await;
 }
 
+/// One kept-alive connection meets the keys as they are at each of its requests: a key sent
+/// again on it is the same caller, another key on it is that key, and a key taken away (the
+/// keys reloaded without it) is refused on the very connection that used it.
+#[tokio::test]
+async fn a_kept_alive_connection_meets_the_keys_as_they_are_now() {
+    use http_body_util::BodyExt;
+    let up = upstream().await;
+    let team_b =
+        "[[auth.keys]]\nname = \"team-b\"\nkey_env = \"TEAM_B_KEY\"\nmodels = [\"large\"]\n";
+    let both = format!(
+        "[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n{team_b}{}",
+        models(&up, "")
+    );
+    let gateway = Gateway::with_env(&Config::from_toml(&both).unwrap(), env).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let serving = gateway.clone();
+    tokio::spawn(async move {
+        let _ = serving.serve_on(listener, std::future::pending()).await;
+    });
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    // One request on the connection: its status and whether the connection stays open.
+    let mut ask = async |key: &str, model: &str| {
+        let body = serde_json::to_vec(&ask(model, None)).unwrap();
+        let request = hyper::Request::post("/v1/chat/completions")
+            .header("host", addr.to_string())
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .unwrap();
+        send.ready().await.unwrap();
+        let response = send.send_request(request).await.unwrap();
+        let status = response.status().as_u16();
+        let _ = response.into_body().collect().await.unwrap();
+        status
+    };
+    assert_eq!(ask("sk-team-a", "small").await, 200);
+    assert_eq!(ask("sk-team-a", "small").await, 200);
+    // team-b on the same connection is team-b, kept to its models.
+    assert_eq!(ask("sk-team-b", "small").await, 403);
+    assert_eq!(ask("sk-team-b", "large").await, 200);
+    assert_eq!(ask("sk-team-a", "large").await, 200);
+    assert_eq!(ask("sk-wrong", "small").await, 401);
+    // team-a taken away: refused on this connection at once.
+    let without_a = format!("[auth]\n{team_b}{}", models(&up, ""));
+    gateway
+        .reload_with_env(&Config::from_toml(&without_a).unwrap(), env)
+        .unwrap();
+    assert_eq!(ask("sk-team-a", "small").await, 401);
+    assert_eq!(ask("sk-team-b", "large").await, 200);
+    assert!(
+        !send.is_closed(),
+        "every request went over the one connection"
+    );
+    metrics_with(
+        addr,
+        &[
+            "choicewise_key_requests_total{key=\"team-a\",status=\"200\"} 3",
+            "choicewise_key_requests_total{key=\"team-b\",status=\"403\"} 1",
+            "choicewise_key_requests_total{key=\"team-b\",status=\"200\"} 2",
+        ],
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn named_keys_are_told_apart_limited_and_kept_to_their_models() {
     let up = upstream().await;
