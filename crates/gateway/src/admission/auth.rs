@@ -214,19 +214,27 @@ mod tests {
         caller.map(|c| c.label().to_string())
     }
 
+    /// A connection whose last request sent `secret`, found among `keys` to be `named`.
+    fn remembered(keys: &Arc<Keys>, named: &str, secret: &[u8]) -> Connection {
+        let connection = Connection::new(IpAddr::from([127, 0, 0, 1]));
+        let caller = Caller::Named(keys.get(named).unwrap().clone());
+        connection.remember(keys, secret, &caller);
+        connection
+    }
+
     #[test]
     fn a_connection_knows_the_key_it_last_sent_while_the_keys_are_the_same() {
         let now = keys(now_ms() + 60_000);
-        let connection = Connection::new(IpAddr::from([127, 0, 0, 1]));
-        assert!(connection.known(&now, b"sk-a").is_none());
-        let team_a = Caller::Named(now.get("team-a").unwrap().clone());
-        connection.remember(&now, b"sk-a", &team_a);
+        let fresh = Connection::new(IpAddr::from([127, 0, 0, 1]));
+        assert!(fresh.known(&now, b"sk-a").is_none());
+        let connection = remembered(&now, "team-a", b"sk-a");
         assert_eq!(name(connection.known(&now, b"sk-a")), Some("team-a".into()));
         // Another key, one byte apart or a prefix: not known.
         assert!(connection.known(&now, b"sk-b").is_none());
         assert!(connection.known(&now, b"sk-").is_none());
         assert!(connection.known(&now, b"sk-aa").is_none());
-        // The same key among other keys (any change swaps them whole): found again.
+        // The same key among other keys (any change swaps them whole): not known, found
+        // again by its digest.
         let changed = keys(now_ms() + 60_000);
         assert!(connection.known(&changed, b"sk-a").is_none());
         // An unnamed key is remembered as one.
@@ -240,24 +248,22 @@ mod tests {
 
     #[test]
     fn a_key_past_its_expiry_is_never_known() {
-        let now = keys(now_ms() + 50);
-        let connection = Connection::new(IpAddr::from([127, 0, 0, 1]));
-        let soon = Caller::Named(now.get("soon").unwrap().clone());
-        connection.remember(&now, b"sk-soon", &soon);
+        // Before its expiry, known; the same key past it (its keys as they were), not.
+        let later = keys(now_ms() + 60_000);
+        let connection = remembered(&later, "soon", b"sk-soon");
         assert_eq!(
-            name(connection.known(&now, b"sk-soon")),
+            name(connection.known(&later, b"sk-soon")),
             Some("soon".into())
         );
-        std::thread::sleep(std::time::Duration::from_millis(60));
-        assert!(connection.known(&now, b"sk-soon").is_none());
+        let past = keys(now_ms() - 1);
+        let connection = remembered(&past, "soon", b"sk-soon");
+        assert!(connection.known(&past, b"sk-soon").is_none());
     }
 
     #[test]
     fn what_a_connection_knows_never_shows_the_key() {
         let now = keys(now_ms() + 60_000);
-        let connection = Connection::new(IpAddr::from([127, 0, 0, 1]));
-        let team_a = Caller::Named(now.get("team-a").unwrap().clone());
-        connection.remember(&now, b"sk-a", &team_a);
+        let connection = remembered(&now, "team-a", b"sk-a");
         let shown = format!("{connection:?}");
         assert!(shown.contains("team-a"), "{shown}");
         assert!(!shown.contains("sk-a"), "{shown}");

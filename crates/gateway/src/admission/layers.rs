@@ -288,28 +288,29 @@ fn is_json(headers: &HeaderMap) -> bool {
 /// answer, for its count by key.
 pub(crate) async fn auth(
     State(gate): State<Arc<Admission>>,
-    mut request: Request,
+    request: Request,
     next: Next,
 ) -> Response {
-    let caller = match auth::authorized(&gate, &mut request) {
-        Ok(caller) => caller,
-        Err(e) => return shaped(api_of(request.uri().path()), e),
-    };
-    auth::labelled(next.run(request).await, caller)
+    keyed(gate, request, next, false).await
 }
 
 /// [`auth`], then, for a `POST`, [`slots`]: the layers of a route that takes a body, as one
 /// (a request pays for one layer, not two).
 pub(crate) async fn admit(
     State(gate): State<Arc<Admission>>,
-    mut request: Request,
+    request: Request,
     next: Next,
 ) -> Response {
+    keyed(gate, request, next, true).await
+}
+
+/// The key's check, then (`slot`, for a `POST`) a slot taken, then the request served.
+async fn keyed(gate: Arc<Admission>, mut request: Request, next: Next, slot: bool) -> Response {
     let caller = match auth::authorized(&gate, &mut request) {
         Ok(caller) => caller,
         Err(e) => return shaped(api_of(request.uri().path()), e),
     };
-    let response = match request.method() == Method::POST {
+    let response = match slot && request.method() == Method::POST {
         true => slotted(gate, request, next).await,
         false => next.run(request).await,
     };

@@ -49,6 +49,8 @@ fn models(upstream: &TestServer, limits: &str) -> String {
 /// A gateway served on a free port until its sender is dropped or sent to.
 struct Served {
     addr: SocketAddr,
+    /// The gateway served (its keys reloaded while it serves).
+    gateway: Gateway,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -60,8 +62,9 @@ impl Served {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
+        let serving = gateway.clone();
         let task = tokio::spawn(async move {
-            let _ = gateway
+            let _ = serving
                 .serve_on(listener, async move {
                     let _ = stopped.await;
                 })
@@ -69,6 +72,7 @@ impl Served {
         });
         Served {
             addr,
+            gateway,
             stop: Some(stop),
             task,
         }
@@ -177,20 +181,15 @@ async fn a_kept_alive_connection_meets_the_keys_as_they_are_now() {
         "[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n{team_b}{}",
         models(&up, "")
     );
-    let gateway = Gateway::with_env(&Config::from_toml(&both).unwrap(), env).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let serving = gateway.clone();
-    tokio::spawn(async move {
-        let _ = serving.serve_on(listener, std::future::pending()).await;
-    });
+    let served = Served::start(&both).await;
+    let addr = served.addr;
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut send, connection) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
             .await
             .unwrap();
     tokio::spawn(connection);
-    // One request on the connection: its status and whether the connection stays open.
+    // One request on the connection: its status.
     let mut ask = async |key: &str, model: &str| {
         let body = serde_json::to_vec(&ask(model, None)).unwrap();
         let request = hyper::Request::post("/v1/chat/completions")
@@ -214,7 +213,7 @@ async fn a_kept_alive_connection_meets_the_keys_as_they_are_now() {
     assert_eq!(ask("sk-wrong", "small").await, 401);
     // team-a taken away: refused on this connection at once.
     let without_a = format!("[auth]\n{team_b}{}", models(&up, ""));
-    gateway
+    (served.gateway)
         .reload_with_env(&Config::from_toml(&without_a).unwrap(), env)
         .unwrap();
     assert_eq!(ask("sk-team-a", "small").await, 401);
@@ -232,6 +231,8 @@ async fn a_kept_alive_connection_meets_the_keys_as_they_are_now() {
         ],
     )
     .await;
+    drop(send);
+    served.stop().await;
 }
 
 #[tokio::test]
