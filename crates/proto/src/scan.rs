@@ -32,6 +32,10 @@ pub(crate) struct Scanned {
     pub prompt_filter_results: Option<Range<usize>>,
     pub error: Option<Range<usize>>,
     pub choices: Vec<ScannedChoice>,
+    /// When the chunk has one choice whose `delta` is an object of one member, a string
+    /// (`{"content":"…"}`): that string's contents, its quotes left out. What the next
+    /// chunks vary, most of a stream ([`Template`]).
+    pub text: Option<Range<usize>>,
 }
 
 /// One element of a chunk's `choices`, as the scan found it (a relay's
@@ -68,6 +72,130 @@ pub(crate) struct Head {
     bytes: Box<[u8]>,
     /// The fields the head holds (see [`Field`]): a later duplicate is serde's to judge.
     seen: u8,
+    /// The last chunks that repeated the head and had a text, their facts for the next:
+    /// one a choice, when several are interleaved. Made on the first (a stream's state
+    /// stays small until then).
+    templates: Option<Box<Templates>>,
+}
+
+/// The most templates kept, the newest replacing the oldest.
+const TEMPLATES: usize = 4;
+
+/// The last chunks kept as [`Template`]s.
+#[derive(Debug, Default)]
+struct Templates {
+    each: [Template; TEMPLATES],
+    /// The one the next chunk kept replaces.
+    next: usize,
+}
+
+impl Templates {
+    fn clear(&mut self) {
+        self.each.iter_mut().for_each(Template::clear);
+    }
+
+    /// `b`'s facts from the template it repeats, if any.
+    fn fill(&self, b: &[u8], out: &mut Scanned) -> bool {
+        self.each.iter().any(|t| t.fill(b, out))
+    }
+
+    /// Keeps the chunk `b`, scanned from its choices, which has a text.
+    fn keep(&mut self, b: &[u8], scanned: &Scanned) {
+        self.each[self.next].keep(b, scanned);
+        self.next = (self.next + 1) % TEMPLATES;
+    }
+}
+
+/// A chunk that repeated the head, as the next one may repeat it whole but for its text
+/// ([`Scanned::text`]): the bytes before the text's contents, the bytes from its closing
+/// quote on, and the facts the scan found. A chunk made of the same bytes before and after
+/// a string whose first unescaped quote is the template's closing one has the same
+/// structure, token for token: the scan's every decision is the same, since it reads
+/// nothing of a string inside a choice but where it ends. Its facts are the template's,
+/// each place after the text moved by the texts' difference in length.
+#[derive(Debug, Default)]
+struct Template {
+    /// Up to the text's contents (its opening quote included); empty for no template.
+    before: Vec<u8>,
+    /// From the text's closing quote to the chunk's end.
+    after: Vec<u8>,
+    scanned: Scanned,
+}
+
+/// The most bytes a template keeps before and after its text.
+const MAX_TEMPLATE: usize = 2 * MAX_HEAD;
+
+impl Template {
+    fn clear(&mut self) {
+        self.before.clear();
+        self.after.clear();
+    }
+
+    /// `b`'s facts, filled into `out`, if `b` is the template's bytes around another text.
+    fn fill(&self, b: &[u8], out: &mut Scanned) -> bool {
+        let (before, after) = (&self.before[..], &self.after[..]);
+        let Some(old) = self.scanned.text.clone() else {
+            return false;
+        };
+        if before.is_empty()
+            || b.len() < before.len() + after.len()
+            || !b.ends_with(after)
+            || !b.starts_with(before)
+        {
+            return false;
+        }
+        // The text's closing quote is the first unescaped one after its opening quote.
+        let close = b.len() - after.len();
+        if string_end(b, before.len() - 1) != Some(close + 1) {
+            return false;
+        }
+        // Every place of the facts is before the text's contents or from its closing quote.
+        let moved = |r: &Range<usize>| {
+            let at = |p: usize| if p >= old.end { p - old.end + close } else { p };
+            at(r.start)..at(r.end)
+        };
+        let t = &self.scanned;
+        for (to, from) in [
+            (&mut out.id, &t.id),
+            (&mut out.model, &t.model),
+            (&mut out.created, &t.created),
+            (&mut out.system_fingerprint, &t.system_fingerprint),
+            (&mut out.service_tier, &t.service_tier),
+            (&mut out.usage, &t.usage),
+            (&mut out.prompt_filter_results, &t.prompt_filter_results),
+            (&mut out.error, &t.error),
+        ] {
+            *to = from.as_ref().map(moved);
+        }
+        out.choices.extend(t.choices.iter().map(|c| ScannedChoice {
+            range: moved(&c.range),
+            ..c.clone()
+        }));
+        out.text = Some(before.len()..close);
+        true
+    }
+
+    /// Keeps the chunk `b` (which repeated the head) as the template, if it has a text.
+    fn keep(&mut self, b: &[u8], s: &Scanned) {
+        self.clear();
+        let Some(text) = s.text.clone() else {
+            return;
+        };
+        if text.start + (b.len() - text.end) > MAX_TEMPLATE {
+            return;
+        }
+        self.before.extend_from_slice(&b[..text.start]);
+        self.after.extend_from_slice(&b[text.end..]);
+        let t = &mut self.scanned;
+        t.choices.clone_from(&s.choices);
+        (t.id, t.model, t.created) = (s.id.clone(), s.model.clone(), s.created.clone());
+        t.system_fingerprint.clone_from(&s.system_fingerprint);
+        t.service_tier.clone_from(&s.service_tier);
+        t.usage.clone_from(&s.usage);
+        t.prompt_filter_results.clone_from(&s.prompt_filter_results);
+        t.error.clone_from(&s.error);
+        t.text = Some(text);
+    }
 }
 
 impl Head {
@@ -87,6 +215,9 @@ impl Head {
         if head.len() <= MAX_HEAD && seen & !Field::INERT == 0 {
             self.bytes = head.into();
             self.seen = seen;
+            if let Some(templates) = &mut self.templates {
+                templates.clear();
+            }
         }
     }
 }
@@ -176,13 +307,14 @@ pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>, head: &mut Head) -> Op
     };
     out.choices.clear();
     if !head.bytes.is_empty() && b.starts_with(&head.bytes) {
-        // The head ends where the first scan's whitespace ended; this chunk may have more.
-        let p = choices(b, ws(b, head.bytes.len()), &mut out.choices)?;
-        return match after_member(b, p)? {
-            // `choices` is read: no head to remember.
-            Some(p) => members(b, p, out, head.seen, None),
-            None => Some(out),
-        };
+        if head.templates.as_ref().is_some_and(|t| t.fill(b, &mut out)) {
+            return Some(out);
+        }
+        let scanned = from_choices(b, out, head)?;
+        if scanned.text.is_some() {
+            head.templates.get_or_insert_default().keep(b, &scanned);
+        }
+        return Some(scanned);
     }
     let mut p = ws(b, 0);
     if b.get(p) != Some(&b'{') {
@@ -193,6 +325,17 @@ pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>, head: &mut Head) -> Op
         return (ws(b, p + 1) == b.len()).then_some(out);
     }
     members(b, p, out, 0, Some(head))
+}
+
+/// A chunk that repeats `head`, scanned from its choices.
+fn from_choices(b: &[u8], mut out: Scanned, head: &Head) -> Option<Scanned> {
+    // The head ends where the first scan's whitespace ended; this chunk may have more.
+    let p = choices(b, ws(b, head.bytes.len()), &mut out.choices, &mut out.text)?;
+    match after_member(b, p)? {
+        // `choices` is read: no head to remember.
+        Some(p) => members(b, p, out, head.seen, None),
+        None => Some(out),
+    }
 }
 
 /// The members of the chunk's object from `p` (at a key) to its end. `seen`: the fields
@@ -220,7 +363,7 @@ fn members(
             if let Some(head) = head.take() {
                 head.remember(&b[..p], seen);
             }
-            p = choices(b, p, &mut out.choices)?;
+            p = choices(b, p, &mut out.choices, &mut out.text)?;
         } else {
             let (end, kind) = value(b, p)?;
             if let Some(field) = Field::of(key) {
@@ -282,8 +425,15 @@ fn key(b: &[u8], p: usize) -> Option<(&[u8], usize)> {
     Some((&b[p + 1..p + 1 + len], p + 2 + len))
 }
 
-/// The `choices` value: `null` or an array of objects.
-fn choices(b: &[u8], mut p: usize, out: &mut Vec<ScannedChoice>) -> Option<usize> {
+/// The `choices` value: `null` or an array of objects; `text`, the sole choice's text (see
+/// [`Scanned::text`]).
+fn choices(
+    b: &[u8],
+    mut p: usize,
+    out: &mut Vec<ScannedChoice>,
+    text: &mut Option<Range<usize>>,
+) -> Option<usize> {
+    *text = None;
     if b[p..].starts_with(b"null") {
         return Some(p + 4);
     }
@@ -294,21 +444,28 @@ fn choices(b: &[u8], mut p: usize, out: &mut Vec<ScannedChoice>) -> Option<usize
     if b.get(p) == Some(&b']') {
         return Some(p + 1);
     }
+    let first = out.len();
     loop {
-        let (choice, end) = choice(b, p)?;
+        let (choice, end, delta) = choice(b, p)?;
         out.push(choice);
         p = ws(b, end);
         match b.get(p) {
             Some(b',') => p = ws(b, p + 1),
-            Some(b']') => return Some(p + 1),
+            Some(b']') => {
+                if out.len() == first + 1 {
+                    *text = delta;
+                }
+                return Some(p + 1);
+            }
             _ => return None,
         }
     }
 }
 
 /// One element of `choices`: its depth-1 `index` and `finish_reason`, the rest skipped by
-/// structure only (the choice's own parse validates it).
-fn choice(b: &[u8], start: usize) -> Option<(ScannedChoice, usize)> {
+/// structure only (the choice's own parse validates it); and its `delta`'s text, if that
+/// is an object of one string (see [`Scanned::text`]).
+fn choice(b: &[u8], start: usize) -> Option<(ScannedChoice, usize, Option<Range<usize>>)> {
     if b.get(start) != Some(&b'{') {
         return None;
     }
@@ -318,10 +475,11 @@ fn choice(b: &[u8], start: usize) -> Option<(ScannedChoice, usize)> {
         finishes: false,
     };
     let (mut seen_index, mut seen_finish) = (false, false);
+    let mut text = None;
     let mut p = ws(b, start + 1);
     if b.get(p) == Some(&b'}') {
         found.range = start..p + 1;
-        return Some((found, p + 1));
+        return Some((found, p + 1, None));
     }
     loop {
         let (key, after) = key(b, p)?;
@@ -347,6 +505,10 @@ fn choice(b: &[u8], start: usize) -> Option<(ScannedChoice, usize)> {
                 found.finishes = b[p] == b'"' && end > p + 2;
                 p = end;
             }
+            b"delta" => match sole_string(b, p) {
+                Some((contents, end)) => (text, p) = (Some(contents), end),
+                None => p = skip(b, p)?,
+            },
             _ => p = skip(b, p)?,
         }
         p = ws(b, p);
@@ -354,11 +516,31 @@ fn choice(b: &[u8], start: usize) -> Option<(ScannedChoice, usize)> {
             Some(b',') => p = ws(b, p + 1),
             Some(b'}') => {
                 found.range = start..p + 1;
-                return Some((found, p + 1));
+                return Some((found, p + 1, text));
             }
             _ => return None,
         }
     }
+}
+
+/// When the value at `p` is an object of one member whose value is a string: that
+/// string's contents, and the object's end (where [`skip`] would end it).
+fn sole_string(b: &[u8], p: usize) -> Option<(Range<usize>, usize)> {
+    if b.get(p) != Some(&b'{') {
+        return None;
+    }
+    let (_, after) = key(b, ws(b, p + 1))?;
+    let q = ws(b, after);
+    if b.get(q) != Some(&b':') {
+        return None;
+    }
+    let open = ws(b, q + 1);
+    if b.get(open) != Some(&b'"') {
+        return None;
+    }
+    let close = string_end(b, open)?;
+    let end = ws(b, close);
+    (b.get(end) == Some(&b'}')).then_some((open + 1..close - 1, end + 1))
 }
 
 /// An index token: `null` (`Some(None)`), or an integer that fits in an `i64`; `None` for
@@ -578,200 +760,4 @@ fn member_key(b: &[u8], q: usize) -> Option<usize> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn field<'a>(data: &'a str, r: &Option<Range<usize>>) -> Option<&'a str> {
-        r.clone().map(|r| &data[r])
-    }
-
-    #[test]
-    fn finds_the_envelope_and_each_choice() {
-        let data = r#" {"id":"c1","object":"chat.completion.chunk","created":17,"model":"m",
-            "obfuscation":"x\"y","choices":[{"index":2,"delta":{"content":"a}\"{"},"logprobs":null},
-            {"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":[1]}"}}]},"finish_reason":"stop","index":0}],
-            "usage":null,"extra":{"a":[1,2.5e-3,true,false,null,{}]}} "#;
-        let s = scan(data, Vec::new(), &mut Head::default()).expect("scanned");
-        assert_eq!(field(data, &s.id), Some(r#""c1""#));
-        assert_eq!(field(data, &s.model), Some(r#""m""#));
-        assert_eq!(field(data, &s.created), Some("17"));
-        assert_eq!(s.usage, None);
-        assert_eq!(s.choices.len(), 2);
-        assert_eq!(s.choices[0].index, Some(2));
-        assert!(!s.choices[0].finishes);
-        assert_eq!(
-            &data[s.choices[0].range.clone()],
-            r#"{"index":2,"delta":{"content":"a}\"{"},"logprobs":null}"#
-        );
-        assert_eq!(s.choices[1].index, Some(0));
-        assert!(s.choices[1].finishes);
-        assert!(data[s.choices[1].range.clone()].ends_with(r#""index":0}"#));
-    }
-
-    #[test]
-    fn agrees_with_serde_on_every_element() {
-        // Each element: (index, finishes) the same as a typed parse says.
-        let data = r#"{"choices":[{"index":null,"finish_reason":""},{"finish_reason":null,"index":7},
-            {"index":3,"finish_reason":"length"},{}]}"#;
-        let s = scan(data, Vec::new(), &mut Head::default()).unwrap();
-        let got: Vec<_> = s.choices.iter().map(|c| (c.index, c.finishes)).collect();
-        assert_eq!(
-            got,
-            vec![
-                (None, false),
-                (Some(7), false),
-                (Some(3), true),
-                (None, false)
-            ]
-        );
-    }
-
-    /// Scans `chunks` in order with one head, as the reader does, and each alone: the
-    /// results must be the same, but for the fields of a repeated head, left out.
-    fn assert_warm_equals_cold(chunks: &[String]) {
-        let mut head = Head::default();
-        for data in chunks {
-            let repeated = (!head.bytes.is_empty() && data.as_bytes().starts_with(&head.bytes))
-                .then_some(head.bytes.len());
-            let warm = scan(data, Vec::new(), &mut head);
-            let mut cold = scan(data, Vec::new(), &mut Head::default());
-            if let (Some(cold), Some(len)) = (&mut cold, repeated) {
-                for field in Field::ALL {
-                    let slot = field.slot(cold);
-                    if slot.as_ref().is_some_and(|r| r.end <= len) {
-                        *slot = None;
-                    }
-                }
-            }
-            assert_eq!(warm, cold, "{data}");
-        }
-    }
-
-    #[test]
-    fn a_repeated_head_is_scanned_from_its_choices() {
-        let head =
-            r#"{"id":"c1","object":"chat.completion.chunk","created":17,"model":"m","choices":"#;
-        let chunks: Vec<String> = [
-            r#"[{"index":0,"delta":{"content":"a"}}]}"#,
-            r#"[{"index":1,"finish_reason":"stop"}],"usage":null}"#,
-            // Whitespace where the first had none, then invalid or duplicate members: the
-            // same verdicts as a scan from the start.
-            r#"  [{"index":2}] } "#,
-            r#"[{"index":0}],"id":"again"}"#,
-            r#"[{"index":0}],"choices":[]}"#,
-            r#"[{"index":0}],"x":tru}"#,
-            r#"[{"index":0}]}{"#,
-            r#"null,"usage":{"prompt_tokens":1}}"#,
-            r#"[],"usage":null,"obfuscation":"ab"}"#,
-        ]
-        .iter()
-        .map(|rest| format!("{head}{rest}"))
-        .collect();
-        assert_warm_equals_cold(&chunks);
-        let mut warm = Head::default();
-        let s = scan(&chunks[0], Vec::new(), &mut warm).expect("scanned");
-        assert_eq!(field(&chunks[0], &s.id), Some(r#""c1""#));
-        assert_eq!(&*warm.bytes, head.as_bytes());
-        // The repeated head's facts were recorded from the chunk before: left out.
-        let s = scan(&chunks[1], Vec::new(), &mut warm).expect("scanned");
-        assert_eq!((s.id, s.created, s.model), (None, None, None));
-        assert_eq!(s.choices[0].index, Some(1));
-        assert!(s.choices[0].finishes);
-        // A duplicate of a head field after the choices is still serde's to judge.
-        assert!(scan(&chunks[3], Vec::new(), &mut warm).is_none());
-    }
-
-    #[test]
-    fn a_head_with_usage_or_an_error_is_not_remembered() {
-        for head in [
-            r#"{"usage":{"total_tokens":3},"choices":"#,
-            r#"{"id":"a","prompt_filter_results":[],"choices":"#,
-            r#"{"error":null,"choices":"#,
-        ] {
-            let mut warm = Head::default();
-            let data = format!("{head}[]}}");
-            scan(&data, Vec::new(), &mut warm).expect("scanned");
-            assert!(warm.bytes.is_empty(), "{head}");
-        }
-    }
-
-    proptest::proptest! {
-        /// Any sequence of chunks made of heads that share prefixes, whitespace, valid and
-        /// invalid bodies and trailers: scanning with the last chunk's head changes nothing.
-        #[test]
-        fn the_head_never_changes_a_result(
-            parts in proptest::collection::vec((0usize..8, 0usize..4, 0usize..7), 1..12)
-        ) {
-            let heads = [
-                r#"{"id":"a","model":"m","choices":"#,
-                r#"{"id":"a","model":"m","choices": "#,
-                r#"{"id":"a","model":"m2","choices":"#,
-                r#"{"id":"a","model":"m","created":1,"choices":"#,
-                r#"{"id":"a","model":"m","created":12,"choices":"#,
-                r#"{ "model" : "m" , "choices" :"#,
-                r#"{"usage":{"total_tokens":1},"model":"m","choices":"#,
-                r#"{"id":"a","model":"m","choices":"#,
-            ];
-            let bodies = [
-                r#"[{"index":0,"delta":{"content":"x"}"}}]"#,
-                r#" [{"index":1,"finish_reason":"stop"},{"index":0}]"#,
-                "[]",
-                r#"[{"index":"0"}]"#,
-            ];
-            let tails = [
-                "}",
-                r#","usage":null}"#,
-                r#","id":"b"}"#,
-                r#","model":"m"}"#,
-                r#","x":[1,]}"#,
-                " } ",
-                r#","usage":{"total_tokens":3},"choices":[]}"#,
-            ];
-            let chunks: Vec<String> = parts
-                .iter()
-                .map(|&(h, b, t)| format!("{}{}{}", heads[h], bodies[b], tails[t]))
-                .collect();
-            assert_warm_equals_cold(&chunks);
-        }
-    }
-
-    #[test]
-    fn leaves_anything_unusual_to_serde() {
-        for data in [
-            "[1]",
-            "{",
-            r#"{"choices":[],"x":tru}"#,
-            r#"{"choices":[],"x":"\q"}"#,
-            "{\"choices\":[],\"x\":\"\u{1}\"}",
-            r#"{"choices":[],"x":01}"#,
-            r#"{"choices":[],"x":[1,]}"#,
-            r#"{"choices":[],"x":{"a" 1}}"#,
-            r#"{"choices":[],"choices":[]}"#,
-            r#"{"id":5,"choices":[]}"#,
-            r#"{"choices":[{"index":"0"}]}"#,
-            r#"{"choices":[{"index":1.5}]}"#,
-            r#"{"choices":[{"index":0,"index":1}]}"#,
-            r#"{"choices":["x"]}"#,
-            r#"{"ch\u006fices":[]}"#,
-            r#"{"choices":[]}{"choices":[]}"#,
-            r#"{"choices":[{"index":0,"delta":{"content":"x"}]}"#,
-        ] {
-            assert!(
-                scan(data, Vec::new(), &mut Head::default()).is_none(),
-                "{data}"
-            );
-        }
-        let deep = format!(
-            r#"{{"choices":[],"x":{}{}}}"#,
-            "[".repeat(200),
-            "]".repeat(200)
-        );
-        assert!(scan(&deep, Vec::new(), &mut Head::default()).is_none());
-        let ok = format!(
-            r#"{{"choices":[],"x":{}{}}}"#,
-            "[".repeat(100),
-            "]".repeat(100)
-        );
-        assert!(scan(&ok, Vec::new(), &mut Head::default()).is_some());
-    }
-}
+mod tests;
