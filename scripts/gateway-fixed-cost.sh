@@ -11,6 +11,9 @@
 #     (user and system, all its threads, from /proc/PID/stat), and the relay's ÷ the
 #     gateway's: a figure that moves far less with a shared machine's load than requests/s,
 #     where h2load, the upstream and both servers share the same cores.
+#     Then the same CPU split into user and system time, and each server's context switches
+#     a request (its threads', voluntary and involuntary): the system time is where the
+#     scheduling of the shared cores shows (docs/benchmarks.md).
 #
 #   cargo build --release -p choicewise-cli -p choicewise-bench
 #   scripts/gateway-fixed-cost.sh target/release/choicewise
@@ -132,9 +135,15 @@ rate() {
   grep -o 'finished in [^,]*, [0-9.]* req/s' <<<"$out" | grep -o '[0-9.]* req/s' | cut -d' ' -f1
 }
 
-# A process's CPU time so far, all its threads, user and system, in clock ticks.
+# A process's CPU time so far, all its threads, in clock ticks: user, then system; then its
+# threads' context switches, voluntary (a wait) and involuntary (preempted).
 ticks() {
-  awk '{ print $14 + $15 }' "/proc/$1/stat"
+  local v=0 n=0 t
+  for t in /proc/"$1"/task/*/status; do
+    v=$((v + $(awk '/^voluntary_ctxt_switches/ { print $2 }' "$t" 2>/dev/null || echo 0)))
+    n=$((n + $(awk '/^nonvoluntary_ctxt_switches/ { print $2 }' "$t" 2>/dev/null || echo 0)))
+  done
+  echo "$(awk '{ print $14, $15 }' "/proc/$1/stat") $v $n"
 }
 
 # Warm-up: the gateway's upstream connections opened, the relay's Python warm.
@@ -165,17 +174,17 @@ print("upstream connections opened after the warm-up: %d (connect calls)" % by.g
 PY
 
 ratios=()
-gateway_ticks=0
-relay_ticks=0
+gateway_ticks=(0 0 0 0)
+relay_ticks=(0 0 0 0)
 # One run against the gateway or the relay, its CPU ticks added to the server's.
 run() {
-  local t0
+  local t0 t1 i
   if [ "$1" = gateway ]; then
-    t0=$(ticks "$gateway_pid"); g=$(rate "$gateway" "$requests")
-    gateway_ticks=$((gateway_ticks + $(ticks "$gateway_pid") - t0))
+    t0=($(ticks "$gateway_pid")); g=$(rate "$gateway" "$requests"); t1=($(ticks "$gateway_pid"))
+    for i in 0 1 2 3; do gateway_ticks[i]=$((gateway_ticks[i] + t1[i] - t0[i])); done
   else
-    t0=$(ticks "$relay_pid"); b=$(rate "$relay" "$requests")
-    relay_ticks=$((relay_ticks + $(ticks "$relay_pid") - t0))
+    t0=($(ticks "$relay_pid")); b=$(rate "$relay" "$requests"); t1=($(ticks "$relay_pid"))
+    for i in 0 1 2 3; do relay_ticks[i]=$((relay_ticks[i] + t1[i] - t0[i])); done
   fi
 }
 for r in $(seq "$rounds"); do
@@ -189,10 +198,15 @@ for r in $(seq "$rounds"); do
   echo "round $r: gateway $g requests/s, byte relay $b requests/s: ${ratio}x"
 done
 python3 -c "import statistics, sys; print('gateway / byte relay, median of %d: %.3fx' % (len(sys.argv) - 1, statistics.median(map(float, sys.argv[1:]))))" "${ratios[@]}"
-python3 - "$gateway_ticks" "$relay_ticks" "$((rounds * requests))" "$(getconf CLK_TCK)" <<'PY'
+python3 - "${gateway_ticks[*]}" "${relay_ticks[*]}" "$((rounds * requests))" "$(getconf CLK_TCK)" <<'PY'
 import sys
-g, b, n, hz = (int(a) for a in sys.argv[1:])
+g, b = ([int(x) for x in a.split()] for a in sys.argv[1:3])
+n, hz = int(sys.argv[3]), int(sys.argv[4])
 us = lambda t: t * 1e6 / hz / n
+gc, bc = g[0] + g[1], b[0] + b[1]
 print("CPU a request (user + system, every round): gateway %.1f us, byte relay %.1f us: "
-      "relay / gateway %.3fx" % (us(g), us(b), b / g if g else float("nan")))
+      "relay / gateway %.3fx" % (us(gc), us(bc), bc / gc if gc else float("nan")))
+print("CPU a request, user and system: gateway %.1f and %.1f us, byte relay %.1f and %.1f us; "
+      "context switches a request (voluntary, involuntary): gateway %.2f, %.2f, byte relay "
+      "%.2f, %.2f" % (us(g[0]), us(g[1]), us(b[0]), us(b[1]), g[2] / n, g[3] / n, b[2] / n, b[3] / n))
 PY
