@@ -248,8 +248,9 @@ pub(crate) struct ChatRequest {
     /// model's default ([`with_model`](Self::with_model)).
     pub extension: Option<Map<String, Value>>,
     /// The body to send upstream, in Chat Completions' shape, without what the gateway
-    /// decides (`model`, `n`, `stream`, `stream_options`, `choicewise`): raw fields.
-    pub body: Fields,
+    /// decides (`model`, `n`, `stream`, `stream_options`, `choicewise`): raw fields,
+    /// shared with the run that sends them.
+    pub body: std::sync::Arc<Fields>,
 }
 
 fn err(message: String) -> ApiError {
@@ -354,7 +355,7 @@ impl ChatRequest {
             logprobs,
             policy,
             extension,
-            body,
+            body: std::sync::Arc::new(body),
         })
     }
 

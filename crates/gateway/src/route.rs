@@ -541,7 +541,7 @@ fn plan<R>(
         models: gw.inner.models.clone(),
         budget: model.budget.clone(),
         model,
-        body: Arc::new(req.body.clone()),
+        body: req.body.clone(),
         native,
         logprobs: req.policy.confidence(),
         asked_logprobs: req.logprobs,
