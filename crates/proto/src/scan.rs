@@ -32,10 +32,18 @@ pub(crate) struct Scanned {
     pub prompt_filter_results: Option<Range<usize>>,
     pub error: Option<Range<usize>>,
     pub choices: Vec<ScannedChoice>,
+}
+
+/// The parts of a chunk that the next chunks vary, most of a stream: a [`Template`]'s
+/// holes.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Varying {
     /// When the chunk has one choice whose `delta` is an object of one member, a string
-    /// (`{"content":"…"}`): that string's contents, its quotes left out. What the next
-    /// chunks vary, most of a stream ([`Template`]).
+    /// (`{"content":"…"}`): that string's contents, its quotes left out.
     pub text: Option<Range<usize>>,
+    /// The contents of the last top-level string after `choices` (a padding, such as
+    /// OpenAI's `obfuscation`).
+    pub tail: Option<Range<usize>>,
 }
 
 /// One element of a chunk's `choices`, as the scan found it (a relay's
@@ -78,125 +86,8 @@ pub(crate) struct Head {
     templates: Option<Box<Templates>>,
 }
 
-/// The most templates kept, the newest replacing the oldest.
-const TEMPLATES: usize = 4;
-
-/// The last chunks kept as [`Template`]s.
-#[derive(Debug, Default)]
-struct Templates {
-    each: [Template; TEMPLATES],
-    /// The one the next chunk kept replaces.
-    next: usize,
-}
-
-impl Templates {
-    fn clear(&mut self) {
-        self.each.iter_mut().for_each(Template::clear);
-    }
-
-    /// `b`'s facts from the template it repeats, if any.
-    fn fill(&self, b: &[u8], out: &mut Scanned) -> bool {
-        self.each.iter().any(|t| t.fill(b, out))
-    }
-
-    /// Keeps the chunk `b`, scanned from its choices, which has a text.
-    fn keep(&mut self, b: &[u8], scanned: &Scanned) {
-        self.each[self.next].keep(b, scanned);
-        self.next = (self.next + 1) % TEMPLATES;
-    }
-}
-
-/// A chunk that repeated the head, as the next one may repeat it whole but for its text
-/// ([`Scanned::text`]): the bytes before the text's contents, the bytes from its closing
-/// quote on, and the facts the scan found. A chunk made of the same bytes before and after
-/// a string whose first unescaped quote is the template's closing one has the same
-/// structure, token for token: the scan's every decision is the same, since it reads
-/// nothing of a string inside a choice but where it ends. Its facts are the template's,
-/// each place after the text moved by the texts' difference in length.
-#[derive(Debug, Default)]
-struct Template {
-    /// Up to the text's contents (its opening quote included); empty for no template.
-    before: Vec<u8>,
-    /// From the text's closing quote to the chunk's end.
-    after: Vec<u8>,
-    scanned: Scanned,
-}
-
-/// The most bytes a template keeps before and after its text.
-const MAX_TEMPLATE: usize = 2 * MAX_HEAD;
-
-impl Template {
-    fn clear(&mut self) {
-        self.before.clear();
-        self.after.clear();
-    }
-
-    /// `b`'s facts, filled into `out`, if `b` is the template's bytes around another text.
-    fn fill(&self, b: &[u8], out: &mut Scanned) -> bool {
-        let (before, after) = (&self.before[..], &self.after[..]);
-        let Some(old) = self.scanned.text.clone() else {
-            return false;
-        };
-        if before.is_empty()
-            || b.len() < before.len() + after.len()
-            || !b.ends_with(after)
-            || !b.starts_with(before)
-        {
-            return false;
-        }
-        // The text's closing quote is the first unescaped one after its opening quote.
-        let close = b.len() - after.len();
-        if string_end(b, before.len() - 1) != Some(close + 1) {
-            return false;
-        }
-        // Every place of the facts is before the text's contents or from its closing quote.
-        let moved = |r: &Range<usize>| {
-            let at = |p: usize| if p >= old.end { p - old.end + close } else { p };
-            at(r.start)..at(r.end)
-        };
-        let t = &self.scanned;
-        for (to, from) in [
-            (&mut out.id, &t.id),
-            (&mut out.model, &t.model),
-            (&mut out.created, &t.created),
-            (&mut out.system_fingerprint, &t.system_fingerprint),
-            (&mut out.service_tier, &t.service_tier),
-            (&mut out.usage, &t.usage),
-            (&mut out.prompt_filter_results, &t.prompt_filter_results),
-            (&mut out.error, &t.error),
-        ] {
-            *to = from.as_ref().map(moved);
-        }
-        out.choices.extend(t.choices.iter().map(|c| ScannedChoice {
-            range: moved(&c.range),
-            ..c.clone()
-        }));
-        out.text = Some(before.len()..close);
-        true
-    }
-
-    /// Keeps the chunk `b` (which repeated the head) as the template, if it has a text.
-    fn keep(&mut self, b: &[u8], s: &Scanned) {
-        self.clear();
-        let Some(text) = s.text.clone() else {
-            return;
-        };
-        if text.start + (b.len() - text.end) > MAX_TEMPLATE {
-            return;
-        }
-        self.before.extend_from_slice(&b[..text.start]);
-        self.after.extend_from_slice(&b[text.end..]);
-        let t = &mut self.scanned;
-        t.choices.clone_from(&s.choices);
-        (t.id, t.model, t.created) = (s.id.clone(), s.model.clone(), s.created.clone());
-        t.system_fingerprint.clone_from(&s.system_fingerprint);
-        t.service_tier.clone_from(&s.service_tier);
-        t.usage.clone_from(&s.usage);
-        t.prompt_filter_results.clone_from(&s.prompt_filter_results);
-        t.error.clone_from(&s.error);
-        t.text = Some(text);
-    }
-}
+mod template;
+use template::Templates;
 
 impl Head {
     /// Whether a chunk of these bytes starts with the head: its scan starts at its choices,
@@ -310,11 +201,14 @@ pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>, head: &mut Head) -> Op
         if head.templates.as_ref().is_some_and(|t| t.fill(b, &mut out)) {
             return Some(out);
         }
-        let scanned = from_choices(b, out, head)?;
-        if scanned.text.is_some() {
-            head.templates.get_or_insert_default().keep(b, &scanned);
+        let mut varying = Varying::default();
+        from_choices(b, &mut out, head, &mut varying)?;
+        if varying.text.is_some() {
+            head.templates
+                .get_or_insert_default()
+                .keep(b, &out, varying);
         }
-        return Some(scanned);
+        return Some(out);
     }
     let mut p = ws(b, 0);
     if b.get(p) != Some(&b'{') {
@@ -324,17 +218,23 @@ pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>, head: &mut Head) -> Op
     if b.get(p) == Some(&b'}') {
         return (ws(b, p + 1) == b.len()).then_some(out);
     }
-    members(b, p, out, 0, Some(head))
+    members(b, p, &mut out, 0, Some(head), &mut Varying::default())?;
+    Some(out)
 }
 
 /// A chunk that repeats `head`, scanned from its choices.
-fn from_choices(b: &[u8], mut out: Scanned, head: &Head) -> Option<Scanned> {
+fn from_choices(b: &[u8], out: &mut Scanned, head: &Head, varying: &mut Varying) -> Option<()> {
     // The head ends where the first scan's whitespace ended; this chunk may have more.
-    let p = choices(b, ws(b, head.bytes.len()), &mut out.choices, &mut out.text)?;
+    let p = choices(
+        b,
+        ws(b, head.bytes.len()),
+        &mut out.choices,
+        &mut varying.text,
+    )?;
     match after_member(b, p)? {
         // `choices` is read: no head to remember.
-        Some(p) => members(b, p, out, head.seen, None),
-        None => Some(out),
+        Some(p) => members(b, p, out, head.seen, None, varying),
+        None => Some(()),
     }
 }
 
@@ -344,10 +244,11 @@ fn from_choices(b: &[u8], mut out: Scanned, head: &Head) -> Option<Scanned> {
 fn members(
     b: &[u8],
     mut p: usize,
-    mut out: Scanned,
+    out: &mut Scanned,
     mut seen: u8,
     mut head: Option<&mut Head>,
-) -> Option<Scanned> {
+    varying: &mut Varying,
+) -> Option<()> {
     let mut seen_choices = head.is_none();
     loop {
         let (key, after) = key(b, p)?;
@@ -363,22 +264,25 @@ fn members(
             if let Some(head) = head.take() {
                 head.remember(&b[..p], seen);
             }
-            p = choices(b, p, &mut out.choices, &mut out.text)?;
+            p = choices(b, p, &mut out.choices, &mut varying.text)?;
         } else {
             let (end, kind) = value(b, p)?;
+            if kind == Kind::String && seen_choices {
+                varying.tail = Some(p + 1..end - 1);
+            }
             if let Some(field) = Field::of(key) {
                 if seen & field.bit() != 0 || (field.is_string() && kind > Kind::StringOrNull) {
                     // A duplicate, or a string field of another type: serde's error.
                     return None;
                 }
                 seen |= field.bit();
-                *field.slot(&mut out) = (kind != Kind::Null).then_some(p..end);
+                *field.slot(out) = (kind != Kind::Null).then_some(p..end);
             }
             p = end;
         }
         match after_member(b, p)? {
             Some(next) => p = next,
-            None => return Some(out),
+            None => return Some(()),
         }
     }
 }
@@ -426,7 +330,7 @@ fn key(b: &[u8], p: usize) -> Option<(&[u8], usize)> {
 }
 
 /// The `choices` value: `null` or an array of objects; `text`, the sole choice's text (see
-/// [`Scanned::text`]).
+/// [`Varying::text`]).
 fn choices(
     b: &[u8],
     mut p: usize,
@@ -464,7 +368,7 @@ fn choices(
 
 /// One element of `choices`: its depth-1 `index` and `finish_reason`, the rest skipped by
 /// structure only (the choice's own parse validates it); and its `delta`'s text, if that
-/// is an object of one string (see [`Scanned::text`]).
+/// is an object of one string (see [`Varying::text`]).
 fn choice(b: &[u8], start: usize) -> Option<(ScannedChoice, usize, Option<Range<usize>>)> {
     if b.get(start) != Some(&b'{') {
         return None;

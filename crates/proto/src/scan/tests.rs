@@ -170,7 +170,7 @@ proptest::proptest! {
     #[test]
     fn a_template_never_changes_a_result(
         parts in proptest::collection::vec(
-            (proptest::collection::vec(0usize..9, 0..8), 0usize..4, 0usize..6),
+            (proptest::collection::vec(0usize..9, 0..8), 0usize..4, 0usize..6, 0usize..5, proptest::collection::vec(0usize..7, 0..4)),
             1..24,
         )
     ) {
@@ -181,15 +181,33 @@ proptest::proptest! {
             r#"},"finish_reason":"stop"}]}"#,
             r#"}}],"obfuscation":"x\"y"}"#,
         ];
+        // A padding after the choices, varying as OpenAI's `obfuscation` does, before or
+        // after other fields (one the scan records); `{}` its contents, some not valid in
+        // a JSON string.
+        let paddings = [
+            "",
+            r#","obfuscation":"{}""#,
+            r#","id":"i2","obfuscation":"{}","n":1"#,
+            r#","obfuscation":"{}","usage":{"total_tokens":3}"#,
+            r#","obfuscation":"{}","created":7"#,
+        ];
+        let padded = ["a", "bc", "\\\"", "\\\\", "\\q", "\u{1}", "\\u00e9"];
         // Interleaved choices: more of them than the templates kept.
         let head = |index| {
             format!(r#"{{"id":"c","model":"m","choices":[{{"index":{index},"delta":{{"content":""#)
         };
         let chunks: Vec<String> = parts
             .iter()
-            .map(|(text, t, index)| {
+            .map(|(text, t, index, padding, contents)| {
                 let text: String = text.iter().map(|&c| alphabet[c]).collect();
-                format!("{}{text}\"{}", head(index), tails[*t])
+                let contents: String = contents.iter().map(|&c| padded[c]).collect();
+                let padding = paddings[*padding].replace("{}", &contents);
+                let tail = tails[*t];
+                let tail = match tail.strip_suffix('}') {
+                    Some(open) => format!("{open}{padding}}}"),
+                    None => tail.to_string(),
+                };
+                format!("{}{text}\"{tail}", head(index))
             })
             .collect();
         assert_warm_equals_cold(&chunks);
@@ -198,44 +216,31 @@ proptest::proptest! {
 
 #[test]
 fn a_template_carries_a_stream_of_texts() {
-    let chunk = |text: &str, tail: &str| {
+    let chunk = |text: &str, tail: &str, padding: &str| {
         format!(
-            r#"{{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":{tail}}}]}}"#
+            r#"{{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":{tail}}}],"usage":null,"obfuscation":"{padding}"}}"#
         )
     };
     let chunks = [
-        chunk("a", "null"),
-        chunk("bc", "null"),
-        chunk(r#"d\"e"#, "null"),
-        chunk("", "null"),
-        chunk("f", r#""stop""#),
+        chunk("a", "null", "xy"),
+        chunk("bc", "null", "x"),
+        chunk(r#"d\"e"#, "null", "xyz"),
+        chunk("", "null", r#"\"\\"#),
+        chunk("f", r#""stop""#, ""),
     ];
+    assert_warm_equals_cold(&chunks);
     let mut head = Head::default();
-    let mut texts = Vec::new();
+    let mut kept = Vec::new();
     for data in &chunks {
         let s = scan(data, Vec::new(), &mut head).expect("scanned");
-        texts.push(s.text.clone().map(|r| data[r].to_string()));
-        assert_eq!(s.choices.len(), 1);
-        assert!(data[s.choices[0].range.clone()].starts_with(r#"{"index":0"#));
-        assert!(data[s.choices[0].range.clone()].ends_with('}'));
+        let element = &data[s.choices[0].range.clone()];
+        assert!(element.starts_with(r#"{"index":0"#) && element.ends_with('}'));
+        kept.push(head.templates.as_ref().map_or(0, |t| t.next));
     }
-    let texts: Vec<_> = texts.iter().map(|t| t.as_deref()).collect();
-    assert_eq!(
-        texts,
-        [Some("a"), Some("bc"), Some(r#"d\"e"#), Some(""), Some("f")]
-    );
-    // The last chunk, its tail another, was scanned, and kept as a template beside the
-    // second chunk's.
-    let afters: Vec<&[u8]> = head
-        .templates
-        .as_ref()
-        .unwrap()
-        .each
-        .iter()
-        .map(|t| &t.after[..])
-        .collect();
-    assert!(afters.contains(&&br#""},"finish_reason":"stop"}]}"#[..]));
-    assert!(afters.contains(&&br#""},"finish_reason":null}]}"#[..]));
+    // The first chunk set the head; the second was scanned from its choices and kept; the
+    // third and fourth were the second's bytes around other texts and paddings, filled from
+    // it; the fifth, another finish, was scanned and kept.
+    assert_eq!(kept, [0, 1, 1, 1, 2]);
 }
 
 #[test]
