@@ -198,7 +198,7 @@ pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>, head: &mut Head) -> Op
     };
     out.choices.clear();
     if !head.bytes.is_empty() && b.starts_with(&head.bytes) {
-        if head.templates.as_ref().is_some_and(|t| t.fill(b, &mut out)) {
+        if head.templates.as_mut().is_some_and(|t| t.fill(b, &mut out)) {
             return Some(out);
         }
         let mut varying = Varying::default();

@@ -24,12 +24,19 @@ const TEMPLATES: usize = 4;
 /// The most bytes a template keeps around its text.
 const MAX_TEMPLATE: usize = 2 * MAX_HEAD;
 
+/// Past this many chunks kept in a row with none filled from a template, one chunk in this
+/// many is kept: a stream whose chunks never repeat (each with log-probabilities of its own,
+/// say) stops paying for copies it never uses, and still finds its templates if it changes.
+const MISSES: u32 = 8;
+
 /// The last chunks kept as [`Template`]s.
 #[derive(Debug, Default)]
 pub(super) struct Templates {
     pub(super) each: [Template; TEMPLATES],
     /// The one the next chunk kept replaces.
     pub(super) next: usize,
+    /// Chunks kept or passed over since one was last filled from a template.
+    misses: u32,
 }
 
 impl Templates {
@@ -38,12 +45,20 @@ impl Templates {
     }
 
     /// `b`'s facts from the template it repeats, if any.
-    pub(super) fn fill(&self, b: &[u8], out: &mut Scanned) -> bool {
-        self.each.iter().any(|t| t.fill(b, out))
+    pub(super) fn fill(&mut self, b: &[u8], out: &mut Scanned) -> bool {
+        let filled = self.each.iter().any(|t| t.fill(b, out));
+        if filled {
+            self.misses = 0;
+        }
+        filled
     }
 
-    /// Keeps the chunk `b`, scanned from its choices, which has a text.
+    /// Keeps the chunk `b`, scanned from its choices, which has a text (see [`MISSES`]).
     pub(super) fn keep(&mut self, b: &[u8], scanned: &Scanned, varying: Varying) {
+        self.misses = self.misses.wrapping_add(1);
+        if self.misses > MISSES && !self.misses.is_multiple_of(MISSES) {
+            return;
+        }
         self.each[self.next].keep(b, scanned, varying);
         self.next = (self.next + 1) % TEMPLATES;
     }
@@ -121,18 +136,7 @@ impl Template {
             };
             at(r.start)..at(r.end)
         };
-        for (to, from) in [
-            (&mut out.id, &t.id),
-            (&mut out.model, &t.model),
-            (&mut out.created, &t.created),
-            (&mut out.system_fingerprint, &t.system_fingerprint),
-            (&mut out.service_tier, &t.service_tier),
-            (&mut out.usage, &t.usage),
-            (&mut out.prompt_filter_results, &t.prompt_filter_results),
-            (&mut out.error, &t.error),
-        ] {
-            *to = from.as_ref().map(moved);
-        }
+        fields(out, t, moved);
         out.choices.extend(t.choices.iter().map(|c| ScannedChoice {
             range: moved(&c.range),
             ..c.clone()
@@ -161,14 +165,24 @@ impl Template {
             }
             None => self.after.extend_from_slice(&b[text.end..]),
         }
-        let t = &mut self.scanned;
-        t.choices.clone_from(&s.choices);
-        (t.id, t.model, t.created) = (s.id.clone(), s.model.clone(), s.created.clone());
-        t.system_fingerprint.clone_from(&s.system_fingerprint);
-        t.service_tier.clone_from(&s.service_tier);
-        t.usage.clone_from(&s.usage);
-        t.prompt_filter_results.clone_from(&s.prompt_filter_results);
-        t.error.clone_from(&s.error);
+        self.scanned.choices.clone_from(&s.choices);
+        fields(&mut self.scanned, s, Range::clone);
         self.varying = varying;
+    }
+}
+
+/// Each field `from` found, its place as `moved` says, into `to` (the choices apart).
+fn fields(to: &mut Scanned, from: &Scanned, moved: impl Fn(&Range<usize>) -> Range<usize>) {
+    for (to, from) in [
+        (&mut to.id, &from.id),
+        (&mut to.model, &from.model),
+        (&mut to.created, &from.created),
+        (&mut to.system_fingerprint, &from.system_fingerprint),
+        (&mut to.service_tier, &from.service_tier),
+        (&mut to.usage, &from.usage),
+        (&mut to.prompt_filter_results, &from.prompt_filter_results),
+        (&mut to.error, &from.error),
+    ] {
+        *to = from.as_ref().map(&moved);
     }
 }

@@ -244,6 +244,34 @@ fn a_template_carries_a_stream_of_texts() {
 }
 
 #[test]
+fn a_stream_that_never_repeats_keeps_few_templates() {
+    // Each chunk's log-probabilities its own: no chunk repeats another but for its text.
+    let chunk = |text: &str, k: usize| {
+        format!(
+            r#"{{"id":"c","model":"m","choices":[{{"index":0,"delta":{{"content":"{text}"}},"logprobs":{{"k":{k}}}}}]}}"#
+        )
+    };
+    let mut chunks: Vec<String> = (0..41).map(|k| chunk("t", k)).collect();
+    // Then one repeating the last, which was kept.
+    chunks.push(chunk("other", 40));
+    assert_warm_equals_cold(&chunks);
+    let mut head = Head::default();
+    let mut keeps = 0;
+    let mut filled = false;
+    for data in &chunks {
+        let before = head.templates.as_ref().map(|t| t.next);
+        scan(data, Vec::new(), &mut head).expect("scanned");
+        let after = head.templates.as_ref().map(|t| t.next);
+        keeps += usize::from(before != after);
+        filled = before.is_some() && before == after;
+    }
+    // The first chunk set the head; of the next 40, the first 8 were kept, then one in 8:
+    // the 16th, 24th, 32nd and 40th. The last chunk was filled from the 40th.
+    assert_eq!(keeps, 12);
+    assert!(filled);
+}
+
+#[test]
 fn leaves_anything_unusual_to_serde() {
     for data in [
         "[1]",
