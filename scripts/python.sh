@@ -16,6 +16,8 @@
 # Builds run under `nice`, so they leave room to whatever else runs on the machine.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/retry.sh
+. "$repo/scripts/retry.sh"
 venv=${CHOICEWISE_PY_VENV:-$repo/.venv-python}
 profile=${CHOICEWISE_PY_PROFILE:-release}
 
@@ -42,7 +44,7 @@ case "${1:-}" in
     if [[ ! -x $venv/bin/python ]]; then
       "${PYTHON:-python3}" -m venv "$venv"
     fi
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    retry 3 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
       "$MATURIN" "$PYTEST" "$OPENAI" "$JITER" "$MYPY"
     wheels=$target/wheels
     rm -rf "$wheels"
