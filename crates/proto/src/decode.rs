@@ -19,6 +19,10 @@ use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, UpdateLogprobs, tex
 use crate::split::{Batch, Body, RawUpdate};
 use crate::wire::{self, ChunkChoice, FunctionCallDelta, ToolCallDelta};
 
+mod repeat;
+
+pub(crate) use repeat::Repeats;
+
 /// A batch's parse error: the error, and how many updates followed the malformed one (not
 /// parsed: the choice has failed) with the first one's line.
 #[derive(Debug)]
@@ -30,11 +34,13 @@ pub(crate) struct DecodeError {
 
 /// Parses every update of `batch` into `out`, in order, and empties the batch, keeping its
 /// buffers for the next one (see [`BatchPool`](crate::split::BatchPool)). On error, `out` holds the updates
-/// before the malformed one. Log-probabilities are kept as `kept` says.
+/// before the malformed one. Log-probabilities are kept as `kept` says. An element that
+/// repeats the one `repeats` kept but for its text is not parsed again ([`Repeats`]).
 pub(crate) fn decode_batch(
     index: u32,
     kept: LogprobsKept,
     batch: &mut Batch,
+    repeats: &mut Repeats,
     out: &mut Vec<ChoiceUpdate>,
 ) -> Result<(), DecodeError> {
     out.reserve(batch.updates.len());
@@ -53,11 +59,17 @@ pub(crate) fn decode_batch(
                     ..ChoiceUpdate::default()
                 });
                 let update = out.last_mut().expect("an update was just pushed");
-                let decoded = decode_into(&text[range], index, kept, update);
-                if decoded.is_err() {
-                    out.pop();
+                let element = &text[range];
+                if repeats.fill(element, kept, update) {
+                    Ok(())
+                } else {
+                    let decoded = decode_into(element, index, kept, update);
+                    match decoded {
+                        Ok(()) => repeats.keep(element, kept, update),
+                        Err(_) => drop(out.pop()),
+                    }
+                    decoded
                 }
-                decoded
             }
             Body::Parsed(choice) => {
                 convert(*choice, index, kept, line, offset).map(|u| out.push(u))
@@ -683,7 +695,7 @@ mod tests {
         }
     }
 
-    fn batch(jsons: &[&str]) -> Batch {
+    pub(super) fn batch(jsons: &[&str]) -> Batch {
         let mut b = Batch::default();
         for (k, j) in jsons.iter().enumerate() {
             let start = b.text.len();
@@ -706,6 +718,7 @@ mod tests {
                 r#"{"delta":{"role":"","tool_calls":[{"index":0,"id":"","function":{"name":"","arguments":""}}]},"finish_reason":""}"#,
                 r#"{"delta":{"content":"b"},"finish_reason":"stop"}"#,
             ]),
+            &mut Repeats::default(),
             &mut out,
         )
         .unwrap();
@@ -731,7 +744,14 @@ mod tests {
         let jsons: Vec<&str> = jsons.iter().map(String::as_str).collect();
         let decoded = |kept| {
             let mut out = Vec::new();
-            decode_batch(0, kept, &mut batch(&jsons), &mut out).unwrap();
+            decode_batch(
+                0,
+                kept,
+                &mut batch(&jsons),
+                &mut Repeats::default(),
+                &mut out,
+            )
+            .unwrap();
             out.into_iter().map(|u| u.logprobs).collect::<Vec<_>>()
         };
         // As text: verbatim, the spaces and line breaks as sent; `null` is none.
@@ -774,18 +794,38 @@ mod tests {
     fn logprobs_too_deep_to_parse_later_fail_the_update_unless_dropped() {
         let deep = "[".repeat(200) + &"]".repeat(200);
         let json = format!(r#"{{"delta":{{}},"logprobs":{deep}}}"#);
-        let e = decode_batch(0, LogprobsKept::Raw, &mut batch(&[&json]), &mut Vec::new())
-            .unwrap_err()
-            .error;
+        let e = decode_batch(
+            0,
+            LogprobsKept::Raw,
+            &mut batch(&[&json]),
+            &mut Repeats::default(),
+            &mut Vec::new(),
+        )
+        .unwrap_err()
+        .error;
         assert!(e.to_string().contains("recursion limit"), "{e}");
         for kept in [
             LogprobsKept::Confidence(Measure::TopK),
             LogprobsKept::Nothing,
         ] {
-            decode_batch(0, kept, &mut batch(&[&json]), &mut Vec::new()).unwrap();
+            decode_batch(
+                0,
+                kept,
+                &mut batch(&[&json]),
+                &mut Repeats::default(),
+                &mut Vec::new(),
+            )
+            .unwrap();
         }
         let fine = format!(r#"{{"logprobs":{}}}"#, "[".repeat(120) + &"]".repeat(120));
-        decode_batch(0, LogprobsKept::Raw, &mut batch(&[&fine]), &mut Vec::new()).unwrap();
+        decode_batch(
+            0,
+            LogprobsKept::Raw,
+            &mut batch(&[&fine]),
+            &mut Repeats::default(),
+            &mut Vec::new(),
+        )
+        .unwrap();
     }
 
     #[test]
@@ -800,7 +840,13 @@ mod tests {
         ] {
             let mut b = batch(jsons);
             let (text, updates) = (b.text.capacity(), b.updates.capacity());
-            let _ = decode_batch(0, LogprobsKept::Raw, &mut b, &mut Vec::new());
+            let _ = decode_batch(
+                0,
+                LogprobsKept::Raw,
+                &mut b,
+                &mut Repeats::default(),
+                &mut Vec::new(),
+            );
             assert!(b.is_empty() && b.text.is_empty(), "{jsons:?}");
             assert_eq!((b.text.capacity(), b.updates.capacity()), (text, updates));
         }
@@ -822,6 +868,7 @@ mod tests {
                 2,
                 LogprobsKept::Raw,
                 &mut batch(&[r#"{"delta":{"content":"kept"}}"#, json]),
+                &mut Repeats::default(),
                 &mut out,
             )
             .unwrap_err()
@@ -845,6 +892,7 @@ mod tests {
             1,
             LogprobsKept::Raw,
             &mut batch(&[r#"{"delta":{"tool_calls":[{"index":-4}]}}"#]),
+            &mut Repeats::default(),
             &mut out,
         )
         .unwrap_err()

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::decode::decode_batch;
+use crate::decode::{Repeats, decode_batch};
 use crate::error::Error;
 use crate::event::{ChoiceEvent, Text, Warning, WarningKind};
 use crate::logprobs::LogprobsKept;
@@ -262,6 +262,8 @@ pub struct ChoiceCore {
     updates: Vec<ChoiceUpdate>,
     /// The events of one update, reused.
     buf: Vec<ChoiceEvent>,
+    /// The last raw update kept, whose repeats are not parsed again.
+    repeats: Repeats,
     /// What is kept of the updates' log-probabilities.
     logprobs: LogprobsKept,
     /// The most bytes of raw updates it may take, and those taken so far.
@@ -306,6 +308,7 @@ impl ChoiceCore {
             ignored: (0, 0),
             updates: Vec::new(),
             buf: Vec::new(),
+            repeats: Repeats::default(),
             logprobs: LogprobsKept::Raw,
             max_bytes: usize::MAX,
             bytes: 0,
@@ -435,7 +438,13 @@ impl ChoiceCore {
         let (dropped, over) = batch.cut_at(fit);
         let mut updates = std::mem::take(&mut self.updates);
         updates.clear();
-        let decoded = decode_batch(self.index, self.logprobs, batch, &mut updates);
+        let decoded = decode_batch(
+            self.index,
+            self.logprobs,
+            batch,
+            &mut self.repeats,
+            &mut updates,
+        );
         self.apply(&mut updates, decoded, events, warnings);
         self.updates = updates;
         if let Some((line, offset)) = over {

@@ -427,6 +427,15 @@ fn choice(b: &[u8], start: usize) -> Option<(ScannedChoice, usize, Option<Range<
     }
 }
 
+/// The contents of the text of a choice's element `b` (braces included), its quotes left
+/// out: the string of its `delta`, when that is an object of one member, a string.
+pub(crate) fn choice_text(b: &[u8]) -> Option<Range<usize>> {
+    match choice(b, 0)? {
+        (_, end, text) if end == b.len() => text,
+        _ => None,
+    }
+}
+
 /// When the value at `p` is an object of one member whose value is a string: that
 /// string's contents, and the object's end (where [`skip`] would end it).
 fn sole_string(b: &[u8], p: usize) -> Option<(Range<usize>, usize)> {
@@ -483,7 +492,7 @@ fn scalar_end(b: &[u8], mut p: usize) -> usize {
 }
 
 /// The end of a string starting at `p` (its opening quote), escapes skipped, not validated.
-fn string_end(b: &[u8], p: usize) -> Option<usize> {
+pub(crate) fn string_end(b: &[u8], p: usize) -> Option<usize> {
     let mut q = p + 1;
     loop {
         q += memchr::memchr2(b'"', b'\\', b.get(q..)?)?;
