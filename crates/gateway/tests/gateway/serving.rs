@@ -988,49 +988,61 @@ async fn a_cancelled_samples_prompt_is_its_siblings_reported_figure() {
     assert_eq!(usage["choicewise"]["estimated"], true, "{usage}");
 }
 
-/// One total reported for several choices of a native request is shared among them: each
-/// part is an estimate, so the total says `estimated: true` though its figures are the
-/// upstream's own (issue 49).
+/// One total reported for several choices of a native request is shared among them, in
+/// proportion to their texts' tokens: each part is an estimate, so the total says
+/// `estimated: true` though its figures are the upstream's own (issue 49). Short texts are
+/// counted in place, long ones on a blocking thread: the shares are the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_total_is_flagged_estimated() {
     let chunk = |i: u32, delta: Value, finish: Value| {
         json!({"id": "c", "object": "chat.completion.chunk", "model": "up",
                "choices": [{"index": i, "delta": delta, "finish_reason": finish}]})
     };
-    let mut sse = String::new();
-    for c in [
-        chunk(
-            0,
-            json!({"role": "assistant", "content": "two words"}),
-            Value::Null,
-        ),
-        chunk(
-            1,
-            json!({"role": "assistant", "content": "one"}),
-            Value::Null,
-        ),
-        chunk(0, json!({}), json!("stop")),
-        chunk(1, json!({}), json!("stop")),
-        json!({"id": "c", "object": "chat.completion.chunk", "model": "up", "choices": [],
-               "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}),
-    ] {
-        sse.push_str(&format!("data: {c}\n\n"));
+    let (short, long) = ("word ".repeat(20), "word ".repeat(200));
+    for texts in [[short.as_str(), "one"], [long.as_str(), "one"]] {
+        // The upstream's total is the texts' own counts added: each one's share is its count.
+        let encoding = choicewise_usage::encoding_for_model("up").name;
+        let counts = texts.map(|t| choicewise_usage::count_text(encoding, t));
+        let mut sse = String::new();
+        for c in [
+            chunk(
+                0,
+                json!({"role": "assistant", "content": texts[0]}),
+                Value::Null,
+            ),
+            chunk(
+                1,
+                json!({"role": "assistant", "content": texts[1]}),
+                Value::Null,
+            ),
+            chunk(0, json!({}), json!("stop")),
+            chunk(1, json!({}), json!("stop")),
+            json!({"id": "c", "object": "chat.completion.chunk", "model": "up", "choices": [],
+                   "usage": {"prompt_tokens": 5, "completion_tokens": counts[0] + counts[1],
+                             "total_tokens": 5 + counts[0] + counts[1]}}),
+        ] {
+            sse.push_str(&format!("data: {c}\n\n"));
+        }
+        sse.push_str("data: [DONE]\n\n");
+        let server = start(TestServer::builder().body(sse)).await;
+        let addr = gateway(&config(&[("chat", server.base_url(), "")])).await;
+        let mut body = request(2);
+        body["stream"] = json!(false);
+        let answer: Value = post(addr, body).await.json().await.unwrap();
+        let usage = &answer["usage"];
+        assert_eq!(
+            (&usage["prompt_tokens"], &usage["completion_tokens"]),
+            (&json!(5), &json!(counts[0] + counts[1])),
+            "{usage}"
+        );
+        let parts = usage["choicewise"]["per_choice"].as_array().unwrap();
+        assert!(parts.iter().all(|p| p["estimated"] == true), "{usage}");
+        let shares: Vec<u64> = (parts.iter())
+            .map(|p| p["completion_tokens"].as_u64().unwrap())
+            .collect();
+        assert_eq!(shares, counts, "{usage}");
+        assert_eq!(usage["choicewise"]["estimated"], true, "{usage}");
     }
-    sse.push_str("data: [DONE]\n\n");
-    let server = start(TestServer::builder().body(sse)).await;
-    let addr = gateway(&config(&[("chat", server.base_url(), "")])).await;
-    let mut body = request(2);
-    body["stream"] = json!(false);
-    let answer: Value = post(addr, body).await.json().await.unwrap();
-    let usage = &answer["usage"];
-    assert_eq!(
-        (&usage["prompt_tokens"], &usage["completion_tokens"]),
-        (&json!(5), &json!(4)),
-        "{usage}"
-    );
-    let parts = usage["choicewise"]["per_choice"].as_array().unwrap();
-    assert!(parts.iter().all(|p| p["estimated"] == true), "{usage}");
-    assert_eq!(usage["choicewise"]["estimated"], true, "{usage}");
 }
 
 /// A steady load keeps its upstream connections: 40 clients, each sending its next request

@@ -271,11 +271,19 @@ impl Ledger {
         let weighed = self.weighed(&usage, &choices);
         let mut counted: BTreeMap<u32, u64> = BTreeMap::new();
         if !weighed.is_empty() {
-            // Counted on a blocking thread.
-            let completions = self.completions.clone();
-            let counting = tokio::task::spawn_blocking(move || weigh(&completions, &weighed));
+            let bytes = weighed_bytes(&self.completions, &weighed);
             // Counting panicked: equal shares.
-            counted = counting.await.unwrap_or_default();
+            if choicewise_usage::counts_quickly(choicewise_usage::DEFAULT_ENCODING, bytes) {
+                // A small count is made here: a hand-off to a blocking thread and the wake
+                // back would cost more than the count.
+                let count = || weigh(&self.completions, &weighed);
+                counted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(count))
+                    .unwrap_or_default();
+            } else {
+                let completions = self.completions.clone();
+                let counting = tokio::task::spawn_blocking(move || weigh(&completions, &weighed));
+                counted = counting.await.unwrap_or_default();
+            }
         }
         self.tally(usage, choices, &counted)
     }
@@ -586,8 +594,27 @@ fn unfinished(choices: &[Facts], open: &[u32]) -> Vec<u32> {
         .collect()
 }
 
+/// The bytes of the `weighed` choices' texts (what [`weigh`] counts), each read where it is
+/// published.
+fn weighed_bytes(completions: &Completions, weighed: &[u32]) -> usize {
+    (completions.inspect(|c, _| {
+        let m = &c.message;
+        let text = |t: &Option<String>| t.as_ref().map_or(0, String::len);
+        let calls = (m.tool_calls.iter().map(|t| &t.function))
+            .chain(m.function_call.as_ref())
+            .map(|f| f.name.len() + f.arguments.len())
+            .sum::<usize>();
+        match weighed.contains(&c.index) {
+            true => text(&m.content) + text(&m.reasoning_content) + text(&m.refusal) + calls,
+            false => 0,
+        }
+    }))
+    .into_iter()
+    .sum()
+}
+
 /// The tiktoken counts of the `weighed` choices' texts, each read where it is published.
-/// Blocking.
+/// Blocking unless few ([`choicewise_usage::counts_quickly`]).
 fn weigh(completions: &Completions, weighed: &[u32]) -> BTreeMap<u32, u64> {
     if weighed.is_empty() {
         return BTreeMap::new();
