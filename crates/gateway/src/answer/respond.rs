@@ -24,7 +24,7 @@ pub(crate) struct Answer<A: ClientApi> {
     pub envelope: Envelope,
     /// The prompt's tokens being counted for the answer's first event (a streamed
     /// Messages answer's).
-    pub estimate: Option<tokio::task::JoinHandle<Option<u64>>>,
+    pub estimate: Option<crate::route::PromptEstimate>,
 }
 
 impl<A: ClientApi> Answer<A> {
@@ -75,7 +75,7 @@ fn streamed<A: ClientApi>(
         let outputs = Answer::<A>::outputs(&picked.samples);
         let Answer { reply, envelope, estimate } = api;
         let prompt_tokens = match estimate {
-            Some(estimate) => estimate.await.ok().flatten(),
+            Some(estimate) => estimate.tokens().await,
             None => None,
         };
         let mut framing = A::framing(reply, &envelope, &req, outputs.len(), prompt_tokens);

@@ -76,6 +76,30 @@ fn messages_request(stream: bool) -> Value {
            "system": "Be brief.", "messages": [{"role": "user", "content": "hi"}]})
 }
 
+/// A streamed answer's `message_start` names the prompt's tokens as `count_tokens` counts
+/// them: a short prompt counted in place, a long one on a blocking thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_start_counts_short_and_long_prompts_alike() {
+    let upstream = answering("Hello from chat").await;
+    let addr = gateway(&upstream).await;
+    for words in [3, 400] {
+        let mut body = messages_request(true);
+        body["messages"][0]["content"] = json!("word ".repeat(words));
+        let frames = frames(post(addr, "/v1/messages", body.clone()).await).await;
+        let input = &frames[0].1["message"]["usage"]["input_tokens"];
+        let fields = body.as_object_mut().unwrap();
+        fields.remove("max_tokens");
+        fields.remove("stream");
+        let counted: Value = post(addr, "/v1/messages/count_tokens", body)
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(input, &counted["input_tokens"], "{words} words");
+        assert!(input.as_u64().unwrap() >= words as u64, "{words} words: {input}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_streamed_and_not() {
     let upstream = answering("Hello from chat").await;
