@@ -747,18 +747,25 @@ impl Completions {
     async fn estimated_tokens(&self, indexes: &[u32]) -> u64 {
         #[cfg(feature = "estimate")]
         {
+            if indexes.is_empty() {
+                return 0;
+            }
             let outputs = self.outputs(indexes);
             let model = self.model();
-            tokio::task::spawn_blocking(move || {
-                let encoding =
-                    choicewise_usage::encoding_for_model(model.as_deref().unwrap_or_default());
-                outputs
-                    .iter()
-                    .map(|o| o.completion_tokens(encoding.name))
+            let encoding =
+                choicewise_usage::encoding_for_model(model.as_deref().unwrap_or_default()).name;
+            let bytes = outputs.iter().map(|o| o.text_bytes()).sum();
+            let count = move || -> u64 {
+                (outputs.iter())
+                    .map(|o| o.completion_tokens(encoding))
                     .sum()
-            })
-            .await
-            .unwrap_or(0)
+            };
+            // A small count is made here: a hand-off would cost more than the count.
+            if choicewise_usage::counts_quickly(encoding, bytes) {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(count)).unwrap_or(0)
+            } else {
+                tokio::task::spawn_blocking(count).await.unwrap_or(0)
+            }
         }
         #[cfg(not(feature = "estimate"))]
         {

@@ -95,4 +95,26 @@ impl ChoiceOutput {
             },
         )
     }
+
+    /// The bytes of the texts [`completion_tokens`](Self::completion_tokens) counts: with
+    /// [`counts_quickly`](choicewise_usage::counts_quickly), whether counting them is quick
+    /// enough for an async runtime's worker.
+    ///
+    /// ```
+    /// # use choicewise_proto::Demux;
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hello!\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let mut demux = Demux::new();
+    /// demux.feed(sse.as_bytes()).unwrap();
+    /// let completion = demux.finish().unwrap();
+    /// assert_eq!(completion.choices[0].text_bytes(), 6);
+    /// ```
+    pub fn text_bytes(&self) -> usize {
+        let m = &self.message;
+        let text = |t: &Option<String>| t.as_ref().map_or(0, String::len);
+        let calls: usize = (m.tool_calls.iter().map(|t| &t.function))
+            .chain(m.function_call.as_ref())
+            .map(|f| f.name.len() + f.arguments.len())
+            .sum();
+        text(&m.content) + text(&m.reasoning_content) + text(&m.refusal) + calls
+    }
 }

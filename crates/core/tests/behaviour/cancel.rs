@@ -17,13 +17,17 @@ const SETTLED: Duration = Duration::from_secs(20);
 /// ends when no choice is wanted), after one read holding a slow update of choice 0 (its
 /// actor spends 50 ms on it) and choice 1's whole answer.
 fn slow_choice_beside_a_fast_one(finish_0: Option<&str>) -> (Completions, UnboundedSender<Read>) {
+    slow_choice_of(&format!("{SLOW_CHOICE}a"), finish_0)
+}
+
+/// As [`slow_choice_beside_a_fast_one`], choice 0's update of `text`.
+fn slow_choice_of(text: &str, finish_0: Option<&str>) -> (Completions, UnboundedSender<Read>) {
     let (tx, rx) = unbounded::<Read>();
     let completions = Completions::builder()
         .fault_hook(Markers)
         .hibernate_after(Duration::from_secs(3600))
         .start(Source::sse(rx));
-    let read = content_chunk(0, &format!("{SLOW_CHOICE}a"), finish_0)
-        + &content_chunk(1, "x", Some("stop"));
+    let read = content_chunk(0, text, finish_0) + &content_chunk(1, "x", Some("stop"));
     tx.unbounded_send(Ok(read.into_bytes())).unwrap();
     (completions, tx)
 }
@@ -105,4 +109,31 @@ async fn first_finished_lists_as_cancelled_only_the_choices_that_ended_cancelled
         .await
         .unwrap();
     assert!(completion.choices.iter().all(|c| !c.cancelled));
+}
+
+/// The tokens of the choices a pick cancelled are its text's, counted on a blocking thread
+/// when long (or the encoding's table is not loaded yet: the first count loads it) and in
+/// place when short.
+#[cfg(feature = "estimate")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pick_counts_the_tokens_of_the_choices_it_cancelled() {
+    let long = format!("{SLOW_CHOICE}{}", "word ".repeat(200));
+    for text in [long, format!("{SLOW_CHOICE}a few words")] {
+        let (completions, _tx) = slow_choice_of(&text, None);
+        let selection = within(
+            SETTLED,
+            "first finished",
+            completions.first_finished().into_future(),
+        )
+        .await;
+        assert_eq!(selection.selected, [1], "{selection:?}");
+        assert_eq!(selection.cancelled, [0], "{selection:?}");
+        let completion = within(SETTLED, "collect", completions.collect())
+            .await
+            .unwrap();
+        let counted =
+            completion.choices[0].completion_tokens(choicewise_core::EncodingName::O200kBase);
+        assert!(counted > 3, "{counted}");
+        assert_eq!(selection.cancelled_tokens, counted, "{} bytes", text.len());
+    }
 }

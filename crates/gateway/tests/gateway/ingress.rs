@@ -96,7 +96,10 @@ async fn message_start_counts_short_and_long_prompts_alike() {
             .await
             .unwrap();
         assert_eq!(input, &counted["input_tokens"], "{words} words");
-        assert!(input.as_u64().unwrap() >= words as u64, "{words} words: {input}");
+        assert!(
+            input.as_u64().unwrap() >= words as u64,
+            "{words} words: {input}"
+        );
     }
 }
 

@@ -597,17 +597,9 @@ fn unfinished(choices: &[Facts], open: &[u32]) -> Vec<u32> {
 /// The bytes of the `weighed` choices' texts (what [`weigh`] counts), each read where it is
 /// published.
 fn weighed_bytes(completions: &Completions, weighed: &[u32]) -> usize {
-    (completions.inspect(|c, _| {
-        let m = &c.message;
-        let text = |t: &Option<String>| t.as_ref().map_or(0, String::len);
-        let calls = (m.tool_calls.iter().map(|t| &t.function))
-            .chain(m.function_call.as_ref())
-            .map(|f| f.name.len() + f.arguments.len())
-            .sum::<usize>();
-        match weighed.contains(&c.index) {
-            true => text(&m.content) + text(&m.reasoning_content) + text(&m.refusal) + calls,
-            false => 0,
-        }
+    (completions.inspect(|c, _| match weighed.contains(&c.index) {
+        true => c.text_bytes(),
+        false => 0,
     }))
     .into_iter()
     .sum()
