@@ -34,15 +34,21 @@ enum Field {
     Reasoning,
 }
 
-/// A choice's last element kept: its bytes around its text, and its update.
+/// A choice's last element kept ([`Kept`]), allocated with the first one: an idle choice
+/// costs a pointer.
 #[derive(Debug, Default)]
-pub(crate) struct Repeats {
-    /// Up to the text's contents, its opening quote included; empty: none kept.
+pub(crate) struct Repeats(Option<Box<Kept>>);
+
+/// An element kept: its bytes around its text, and its update.
+#[derive(Debug, Default)]
+struct Kept {
+    /// Up to the text's contents, its opening quote included.
     before: String,
     /// From the text's closing quote to the element's end.
     after: String,
     /// The kept element's update, its text left out.
     update: ChoiceUpdate,
+    /// Where the text goes; `None` while no element is kept.
     field: Option<Field>,
     kept: LogprobsKept,
     /// Elements kept or passed over since one last repeated.
@@ -58,12 +64,15 @@ impl Repeats {
         kept: LogprobsKept,
         update: &mut ChoiceUpdate,
     ) -> bool {
-        let Some(field) = self.field else {
+        let Some(k) = self.0.as_deref_mut() else {
             return false;
         };
-        let (before, after) = (self.before.as_bytes(), self.after.as_bytes());
+        let Some(field) = k.field else {
+            return false;
+        };
+        let (before, after) = (k.before.as_bytes(), k.after.as_bytes());
         let b = element.as_bytes();
-        if kept != self.kept
+        if kept != k.kept
             || b.len() < before.len() + after.len()
             || !b.starts_with(before)
             || !b.ends_with(after)
@@ -79,25 +88,27 @@ impl Repeats {
             return false;
         };
         let (line, offset) = (update.line, update.offset);
-        update.clone_from(&self.update);
+        update.clone_from(&k.update);
         (update.line, update.offset) = (line, offset);
         *match field {
             Field::Content => &mut update.content,
             Field::Refusal => &mut update.refusal,
             Field::Reasoning => &mut update.reasoning,
         } = Some(value);
-        self.misses = 0;
+        k.misses = 0;
         true
     }
 
     /// Keeps `element`, just parsed into `update`, if its `delta` is one text that the
     /// update holds (see [`MISSES`]).
     pub(crate) fn keep(&mut self, element: &str, kept: LogprobsKept, update: &ChoiceUpdate) {
-        self.misses = self.misses.wrapping_add(1);
-        if self.misses > MISSES && !self.misses.is_multiple_of(MISSES) {
-            return;
+        if let Some(k) = self.0.as_deref_mut() {
+            k.misses = k.misses.wrapping_add(1);
+            if k.misses > MISSES && !k.misses.is_multiple_of(MISSES) {
+                return;
+            }
+            k.field = None;
         }
-        self.field = None;
         let field = match (&update.content, &update.refusal, &update.reasoning) {
             (Some(_), None, None) => Field::Content,
             (None, Some(_), None) => Field::Refusal,
@@ -110,16 +121,23 @@ impl Repeats {
         if element.len() - contents.len() > MAX_KEPT {
             return;
         }
-        self.before.clear();
-        self.before.push_str(&element[..contents.start]);
-        self.after.clear();
-        self.after.push_str(&element[contents.end..]);
-        self.update.clone_from(update);
-        self.update.content = None;
-        self.update.refusal = None;
-        self.update.reasoning = None;
-        self.field = Some(field);
-        self.kept = kept;
+        let k = self.0.get_or_insert_with(|| {
+            // This element is the first kept: counted as the others are.
+            Box::new(Kept {
+                misses: 1,
+                ..Kept::default()
+            })
+        });
+        k.before.clear();
+        k.before.push_str(&element[..contents.start]);
+        k.after.clear();
+        k.after.push_str(&element[contents.end..]);
+        k.update.clone_from(update);
+        k.update.content = None;
+        k.update.refusal = None;
+        k.update.reasoning = None;
+        k.field = Some(field);
+        k.kept = kept;
     }
 }
 
@@ -198,7 +216,7 @@ mod tests {
         let mut keeps = 0;
         for i in 0..40 {
             decoded(&element(i), raw, &mut repeats).unwrap();
-            if repeats.after.contains(&format!(":{i}}}")) {
+            if (repeats.0.as_ref()).is_some_and(|k| k.after.contains(&format!(":{i}}}"))) {
                 keeps += 1;
             }
         }
