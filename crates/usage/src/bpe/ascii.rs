@@ -53,9 +53,12 @@ impl Split {
         if let Some(end) = word {
             return end;
         }
-        // `\p{N}{1,3}`.
+        // `\p{N}{1,3}`: at most three digits read, however long their run (reading the run
+        // to its end at each piece would take a run of n digits n²/6 steps).
         if c.is_ascii_digit() {
-            return run(text, start, |b| b.is_ascii_digit()).min(start + 3);
+            return run(&text[..text.len().min(start + 3)], start, |b| {
+                b.is_ascii_digit()
+            });
         }
         // ` ?[^\s\p{L}\p{N}]+`, then `[\r\n]*` (cl100k) or `[\r\n/]*` (o200k).
         let symbols = if c == b' ' && at(start + 1).is_some_and(symbol) {
