@@ -502,27 +502,9 @@ struct Plan<R> {
     /// The APIs of the model's upstreams, for the span.
     apis: Vec<choicewise_core::Dialect>,
     /// A streamed Messages answer's prompt tokens, being counted.
-    estimate: Option<PromptEstimate>,
+    estimate: Option<respond::PromptEstimate>,
     /// The hosted tools left out of the upstream request.
     dropped: Option<String>,
-}
-
-/// A streamed Messages answer's prompt tokens: counted in place when few
-/// ([`choicewise_usage::counts_quickly`]), else being counted on a blocking thread; `None`
-/// when they could not be counted.
-pub(crate) enum PromptEstimate {
-    Counted(Option<u64>),
-    Counting(tokio::task::JoinHandle<Option<u64>>),
-}
-
-impl PromptEstimate {
-    /// The tokens, once counted.
-    pub(crate) async fn tokens(self) -> Option<u64> {
-        match self {
-            PromptEstimate::Counted(tokens) => tokens,
-            PromptEstimate::Counting(counting) => counting.await.ok().flatten(),
-        }
-    }
 }
 
 /// Plans the run of a parsed request for `model`: its hosted tools left out or the request
@@ -556,12 +538,12 @@ fn plan<R>(
         };
         // A small prompt is counted here: a hand-off would cost more than the count.
         match choicewise_usage::counts_quickly(encoding, bytes) {
-            true => PromptEstimate::Counted(
+            true => respond::PromptEstimate::Counted(
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(count))
                     .ok()
                     .flatten(),
             ),
-            false => PromptEstimate::Counting(tokio::task::spawn_blocking(count)),
+            false => respond::PromptEstimate::Counting(tokio::task::spawn_blocking(count)),
         }
     });
     let apis = model.routes.iter().map(|u| u.api).collect();

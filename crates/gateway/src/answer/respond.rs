@@ -16,6 +16,24 @@ use crate::answer::write::{Closing, Framing, Tail, cut_short, output, sse_respon
 use crate::request::ChatRequest;
 use crate::upstream::engine::{AnswerUsage, Picked, Run, Summary};
 
+/// A streamed Messages answer's prompt tokens: counted in place when few
+/// ([`choicewise_usage::counts_quickly`]), else being counted on a blocking thread; `None`
+/// when they could not be counted.
+pub(crate) enum PromptEstimate {
+    Counted(Option<u64>),
+    Counting(tokio::task::JoinHandle<Option<u64>>),
+}
+
+impl PromptEstimate {
+    /// The tokens, once counted.
+    pub(crate) async fn tokens(self) -> Option<u64> {
+        match self {
+            PromptEstimate::Counted(tokens) => tokens,
+            PromptEstimate::Counting(counting) => counting.await.ok().flatten(),
+        }
+    }
+}
+
 /// What a request's answer is made of besides its pick, in its client API `A`.
 pub(crate) struct Answer<A: ClientApi> {
     /// What the answer needs of its request.
@@ -24,7 +42,7 @@ pub(crate) struct Answer<A: ClientApi> {
     pub envelope: Envelope,
     /// The prompt's tokens being counted for the answer's first event (a streamed
     /// Messages answer's).
-    pub estimate: Option<crate::route::PromptEstimate>,
+    pub estimate: Option<PromptEstimate>,
 }
 
 impl<A: ClientApi> Answer<A> {
