@@ -87,6 +87,7 @@ pub(crate) struct Head {
 }
 
 mod template;
+pub(crate) use template::Misses;
 use template::Templates;
 
 impl Head {

@@ -16,15 +16,10 @@
 
 use crate::logprobs::LogprobsKept;
 use crate::merge::{ChoiceUpdate, text};
-use crate::scan::{choice_text, string_end};
+use crate::scan::{Misses, choice_text, string_end};
 
 /// The most bytes of an element kept around its text.
 const MAX_KEPT: usize = 1024;
-
-/// Past this many elements kept in a row with none repeated, one in this many is kept: a
-/// choice whose elements never repeat (each with log-probabilities of its own, say) stops
-/// paying for copies it never uses, and still finds one if its elements change.
-const MISSES: u32 = 8;
 
 /// Which text of an update the element's text is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +47,7 @@ struct Kept {
     field: Option<Field>,
     kept: LogprobsKept,
     /// Elements kept or passed over since one last repeated.
-    misses: u32,
+    misses: Misses,
 }
 
 impl Repeats {
@@ -95,16 +90,15 @@ impl Repeats {
             Field::Refusal => &mut update.refusal,
             Field::Reasoning => &mut update.reasoning,
         } = Some(value);
-        k.misses = 0;
+        k.misses.hit();
         true
     }
 
     /// Keeps `element`, just parsed into `update`, if its `delta` is one text that the
-    /// update holds (see [`MISSES`]).
+    /// update holds (see [`Misses`]).
     pub(crate) fn keep(&mut self, element: &str, kept: LogprobsKept, update: &ChoiceUpdate) {
         if let Some(k) = self.0.as_deref_mut() {
-            k.misses = k.misses.wrapping_add(1);
-            if k.misses > MISSES && !k.misses.is_multiple_of(MISSES) {
+            if !k.misses.keeps() {
                 return;
             }
             k.field = None;
@@ -123,10 +117,9 @@ impl Repeats {
         }
         let k = self.0.get_or_insert_with(|| {
             // This element is the first kept: counted as the others are.
-            Box::new(Kept {
-                misses: 1,
-                ..Kept::default()
-            })
+            let mut first = Box::<Kept>::default();
+            first.misses.keeps();
+            first
         });
         k.before.clear();
         k.before.push_str(&element[..contents.start]);

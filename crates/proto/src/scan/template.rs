@@ -24,10 +24,29 @@ const TEMPLATES: usize = 4;
 /// The most bytes a template keeps around its text.
 const MAX_TEMPLATE: usize = 2 * MAX_HEAD;
 
-/// Past this many chunks kept in a row with none filled from a template, one chunk in this
-/// many is kept: a stream whose chunks never repeat (each with log-probabilities of its own,
-/// say) stops paying for copies it never uses, and still finds its templates if it changes.
+/// Past this many copies kept in a row with none used, one in this many is kept
+/// ([`Misses`]).
 const MISSES: u32 = 8;
+
+/// The copies kept (or passed over) since one was last used: a template, or a choice's kept
+/// element (`decode::Repeats`). Past [`MISSES`] in a row, one copy in [`MISSES`] is kept: a
+/// stream whose chunks never repeat (each with log-probabilities of its own, say) stops paying
+/// for copies it never uses, and still finds one to use if it changes.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Misses(u32);
+
+impl Misses {
+    /// One more copy that may be kept: whether to keep it.
+    pub(crate) fn keeps(&mut self) -> bool {
+        self.0 = self.0.wrapping_add(1);
+        self.0 <= MISSES || self.0.is_multiple_of(MISSES)
+    }
+
+    /// A copy kept was used.
+    pub(crate) fn hit(&mut self) {
+        self.0 = 0;
+    }
+}
 
 /// The last chunks kept as [`Template`]s.
 #[derive(Debug, Default)]
@@ -36,7 +55,7 @@ pub(super) struct Templates {
     /// The one the next chunk kept replaces.
     pub(super) next: usize,
     /// Chunks kept or passed over since one was last filled from a template.
-    misses: u32,
+    misses: Misses,
 }
 
 impl Templates {
@@ -48,15 +67,14 @@ impl Templates {
     pub(super) fn fill(&mut self, b: &[u8], out: &mut Scanned) -> bool {
         let filled = self.each.iter().any(|t| t.fill(b, out));
         if filled {
-            self.misses = 0;
+            self.misses.hit();
         }
         filled
     }
 
-    /// Keeps the chunk `b`, scanned from its choices, which has a text (see [`MISSES`]).
+    /// Keeps the chunk `b`, scanned from its choices, which has a text (see [`Misses`]).
     pub(super) fn keep(&mut self, b: &[u8], scanned: &Scanned, varying: Varying) {
-        self.misses = self.misses.wrapping_add(1);
-        if self.misses > MISSES && !self.misses.is_multiple_of(MISSES) {
+        if !self.misses.keeps() {
             return;
         }
         self.each[self.next].keep(b, scanned, varying);
