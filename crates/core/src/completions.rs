@@ -372,13 +372,9 @@ impl Completions {
                 match usage_counting(shared) {
                     Ok(reported) => reported,
                     // A small count is made here: a hand-off would cost as much.
-                    Err((true, count)) => {
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(count))
-                            .unwrap_or_else(|_| Usage::failed_estimate("counting panicked".into()))
-                    }
-                    Err((false, count)) => tokio::task::spawn_blocking(count)
+                    Err((quick, count)) => crate::counting::counted(quick, count)
                         .await
-                        .unwrap_or_else(|e| Usage::failed_estimate(e.to_string())),
+                        .unwrap_or_else(|| Usage::failed_estimate("counting panicked".into())),
                 }
             })
             .await

@@ -173,6 +173,34 @@ pub mod input {
     pub use choicewise_proto::{Flow, Parsed, SseError, StreamConfig, TokenBound, TokenCount};
 }
 
+pub mod counting {
+    //! Where a token count is made: on the calling thread when it is short, since handing it
+    //! to a blocking thread and being woken with it costs more than the count (a quarter of
+    //! the gateway's CPU on a native `n = 3` request, docs/benchmarks.md), else off the
+    //! async runtime's workers.
+
+    /// `count`'s result: made on the calling thread when `quick` (with
+    /// `choicewise_usage::counts_quickly`: the encoding's table loaded and the text short),
+    /// else on Tokio's blocking pool; `None` if it panicked.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() {
+    /// use choicewise_core::counting::counted;
+    /// assert_eq!(counted(true, || 2 + 2).await, Some(4));
+    /// assert_eq!(counted(false, || 2 + 2).await, Some(4));
+    /// # }
+    /// ```
+    pub async fn counted<T: Send + 'static>(
+        quick: bool,
+        count: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        match quick {
+            true => std::panic::catch_unwind(std::panic::AssertUnwindSafe(count)).ok(),
+            false => tokio::task::spawn_blocking(count).await.ok(),
+        }
+    }
+}
+
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub mod fault;

@@ -760,12 +760,8 @@ impl Completions {
                     .map(|o| o.completion_tokens(encoding))
                     .sum()
             };
-            // A small count is made here: a hand-off would cost more than the count.
-            if choicewise_usage::counts_quickly(encoding, bytes) {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(count)).unwrap_or(0)
-            } else {
-                tokio::task::spawn_blocking(count).await.unwrap_or(0)
-            }
+            let quick = choicewise_usage::counts_quickly(encoding, bytes);
+            crate::counting::counted(quick, count).await.unwrap_or(0)
         }
         #[cfg(not(feature = "estimate"))]
         {

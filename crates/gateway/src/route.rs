@@ -465,11 +465,10 @@ async fn prompt_bound(opener: &open::Opener) -> u64 {
     };
     // A bound that panicked is none: the most, which every limit of tokens refuses, so that
     // the prompt is counted.
-    if counted == 0 || choicewise_usage::counts_quickly(encoding, counted) {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(bound)).unwrap_or(u64::MAX)
-    } else {
-        tokio::task::spawn_blocking(bound).await.unwrap_or(u64::MAX)
-    }
+    let quick = counted == 0 || choicewise_usage::counts_quickly(encoding, counted);
+    choicewise_core::counting::counted(quick, bound)
+        .await
+        .unwrap_or(u64::MAX)
 }
 
 /// The tokens of a request's prompt, counted as its accounting counts them (with its first
@@ -482,11 +481,10 @@ async fn prompt_tokens(opener: &open::Opener) -> u64 {
         choicewise_usage::count_prompt_fields(encoding, fields).map_or(0, |c| c.total)
     };
     let bytes: usize = opener.body.values().map(|v| v.len()).sum();
-    if choicewise_usage::counts_quickly(encoding, bytes) {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(count)).unwrap_or(0)
-    } else {
-        tokio::task::spawn_blocking(count).await.unwrap_or(0)
-    }
+    let quick = choicewise_usage::counts_quickly(encoding, bytes);
+    choicewise_core::counting::counted(quick, count)
+        .await
+        .unwrap_or(0)
 }
 
 /// The encoding of the model's first upstream (the default when it has none).

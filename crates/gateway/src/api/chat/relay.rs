@@ -244,10 +244,10 @@ impl Relaying {
             choicewise_usage::count_prompt_fields(encoding, fields).map_or(0, |c| c.total)
         };
         let bytes: usize = self.prompt.values().map(|v| v.len()).sum();
-        let prompt = match choicewise_usage::counts_quickly(encoding, bytes) {
-            true => std::panic::catch_unwind(std::panic::AssertUnwindSafe(count)).unwrap_or(0),
-            false => tokio::task::spawn_blocking(count).await.unwrap_or(0),
-        };
+        let quick = choicewise_usage::counts_quickly(encoding, bytes);
+        let prompt = choicewise_core::counting::counted(quick, count)
+            .await
+            .unwrap_or(0);
         (prompt, self.completion())
     }
 

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use std::sync::{Arc, Mutex};
 
+use choicewise_core::counting::counted;
 use choicewise_core::{ChoiceUsage, Completions, Logprobs, Message, Usage, UsageSource};
 
 use super::lock;
@@ -203,19 +204,11 @@ impl Ledger {
             if lock(&self.prompt_counts).contains_key(encoding.as_str()) {
                 continue;
             }
-            // A small prompt is counted here: a hand-off would cost as much.
-            let tokens = match choicewise_usage::counts_quickly(encoding, self.prompt_bytes()) {
-                true => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    count_prompt(&self.prompt, encoding)
-                }))
-                .unwrap_or_else(|_| Err("the prompt could not be counted".into())),
-                false => {
-                    let fields = self.prompt.clone();
-                    tokio::task::spawn_blocking(move || count_prompt(&fields, encoding))
-                        .await
-                        .unwrap_or_else(|_| Err("the prompt could not be counted".into()))
-                }
-            };
+            let quick = choicewise_usage::counts_quickly(encoding, self.prompt_bytes());
+            let fields = self.prompt.clone();
+            let tokens = counted(quick, move || count_prompt(&fields, encoding))
+                .await
+                .unwrap_or_else(|| Err("the prompt could not be counted".into()));
             lock(&self.prompt_counts).insert(encoding.as_str(), tokens);
         }
         apply_prompts(usage, &lock(&self.prompt_counts));
@@ -269,23 +262,17 @@ impl Ledger {
         let choices = self.facts();
         self.note_cuts(unfinished(&choices, &[]));
         let weighed = self.weighed(&usage, &choices);
-        let mut counted: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut counts: BTreeMap<u32, u64> = BTreeMap::new();
         if !weighed.is_empty() {
             let bytes = weighed_bytes(&self.completions, &weighed);
+            let quick = choicewise_usage::counts_quickly(choicewise_usage::DEFAULT_ENCODING, bytes);
+            let completions = self.completions.clone();
             // Counting panicked: equal shares.
-            if choicewise_usage::counts_quickly(choicewise_usage::DEFAULT_ENCODING, bytes) {
-                // A small count is made here: a hand-off to a blocking thread and the wake
-                // back would cost more than the count.
-                let count = || weigh(&self.completions, &weighed);
-                counted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(count))
-                    .unwrap_or_default();
-            } else {
-                let completions = self.completions.clone();
-                let counting = tokio::task::spawn_blocking(move || weigh(&completions, &weighed));
-                counted = counting.await.unwrap_or_default();
-            }
+            counts = counted(quick, move || weigh(&completions, &weighed))
+                .await
+                .unwrap_or_default();
         }
-        self.tally(usage, choices, &counted)
+        self.tally(usage, choices, &counts)
     }
 
     /// What the run came to so far, read without waiting: for a request whose client went
