@@ -282,7 +282,8 @@ async fn open_relayed(
     request_id: &str,
 ) -> Result<relay::Relayed, ApiError> {
     let upstream = crate::upstream::engine::first_upstream(&opener.model.routes, req);
-    let opening = opener.open(upstream, &[0]);
+    let samples: Vec<u32> = (0..req.samples.max(1)).collect();
+    let opening = opener.open(upstream, &samples);
     let Ok(opened) = tokio::time::timeout_at(deadlines.picked_by().into(), opening).await else {
         return Err(deadlines.passed(
             request_id,
@@ -297,6 +298,7 @@ async fn open_relayed(
     );
     Ok(relay::Relayed {
         opened: opened?,
+        samples: req.samples.max(1),
         opener,
         envelope: Envelope::new(&req.model),
         asked: (req.logprobs, req.include_usage),

@@ -26,7 +26,7 @@ use crate::upstream::pace::{BoxError, Pace, bounded, paced};
 
 mod accounting;
 
-pub(crate) use accounting::{AnswerUsage, ChoiceTokens, UsageParts};
+pub(crate) use accounting::{AnswerUsage, ChoiceTokens, UsageParts, share};
 use accounting::{Asked, Ledger};
 
 /// The plan of a request's samples over its model's upstreams, opened as its policy says
@@ -42,6 +42,16 @@ fn plan(upstreams: &[UpstreamRoute], req: &ChatRequest) -> Plan {
 /// The upstream a request of one sample is first asked of, as its plan says.
 pub(crate) fn first_upstream(upstreams: &[UpstreamRoute], req: &ChatRequest) -> usize {
     (plan(upstreams, req).requests().first()).map_or(0, |p| p.upstream())
+}
+
+/// Whether a request's plan asks all its samples of one upstream in one request (one
+/// sample, or a native `n` that carries them all).
+pub(crate) fn one_request(upstreams: &[UpstreamRoute], req: &ChatRequest) -> bool {
+    let plan = plan(upstreams, req);
+    match plan.requests() {
+        [only] => only.samples().len() == req.samples as usize,
+        _ => false,
+    }
 }
 
 /// The upstream a request's `j`-th replacement sample is first asked of: the planned
@@ -498,7 +508,7 @@ impl Run {
 /// A mutex's value, even after a panic of another holder.
 /// The most bytes an answer of `route` may send: `max_answer_bytes` for each sample it
 /// carries.
-fn max_bytes(route: &UpstreamRoute, samples: &[u32]) -> usize {
+pub(crate) fn max_bytes(route: &UpstreamRoute, samples: &[u32]) -> usize {
     (route.max_answer_bytes).saturating_mul(samples.len().max(1))
 }
 

@@ -154,3 +154,131 @@ async fn a_relayed_answer_whose_upstream_falls_silent_fails_after_the_idle_timeo
         "every_choice_failed"
     );
 }
+
+/// A native `n = 3` answer as such an upstream streams it: the choices interleaved, a
+/// chunk of two, one element after its choice's finish, a vendor's field; then its one
+/// usage for them all, if `usage`.
+fn native_three(usage: bool) -> String {
+    let element = |i: u32, content: &str, finish: &str| {
+        format!(
+            "{{\"index\":{i},\"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":{finish}}}"
+        )
+    };
+    let chunk = |elements: &[String]| {
+        format!(
+            "data: {{\"id\":\"up-3\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"system_fingerprint\":\"fp_3\",\"choices\":[{}]}}\n\n",
+            elements.join(",")
+        )
+    };
+    let mut body = [
+        chunk(&[element(0, "The answer", "null")]),
+        chunk(&[element(2, "Four", "null"), element(1, "It is", "null")]),
+        chunk(&[element(1, " four, as two and two make four.", "\"stop\"")]),
+        chunk(&[element(0, " is four", "null"), element(1, " Late.", "null")]),
+        chunk(&[element(2, ".", "\"stop\"")]),
+        chunk(&[element(0, ".", "\"stop\"")]),
+    ]
+    .concat();
+    if usage {
+        body.push_str("data: {\"id\":\"up-3\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":30,\"total_tokens\":41}}\n\n");
+    }
+    body + "data: [DONE]\n\n"
+}
+
+/// Each choice's text and finish in `chunks`, by index.
+fn choices_of(chunks: &[Value]) -> Vec<(String, Value)> {
+    let mut choices = vec![(String::new(), Value::Null); 3];
+    for chunk in chunks {
+        for choice in chunk["choices"].as_array().into_iter().flatten() {
+            let i = choice["index"].as_u64().unwrap() as usize;
+            choices[i].0 += choice["delta"]["content"].as_str().unwrap_or_default();
+            if !choice["finish_reason"].is_null() {
+                choices[i].1 = choice["finish_reason"].clone();
+            }
+        }
+    }
+    choices
+}
+
+/// A native `n` is relayed in one upstream request: each choice reads as on the general
+/// path (the same gateway keeping its samples on record, which needs them whole), and so
+/// does the usage, its one total shared among the choices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_n_is_relayed_and_reads_as_the_general_path_reads_it() {
+    for usage in [true, false] {
+        let upstream = TestServer::builder()
+            .body(native_three(usage))
+            .start()
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let relaying = toml(&upstream.base_url());
+        let general = format!(
+            "[records]\nurl = \"sqlite://{}\"\nsamples = true\nspool_path = \"{}\"\n{relaying}",
+            dir.path().join("r.db").display(),
+            dir.path().join("r.spool").display()
+        );
+        let (relayed_at, _) = serve(&relaying, no_env).await;
+        let (general_at, _) = serve(&general, no_env).await;
+        let asked = json!({"n": 3, "stream_options": {"include_usage": true}});
+        let (text, relayed) = streamed(relayed_at, asked.clone()).await;
+        let (general_text, general) = streamed(general_at, asked).await;
+        // Relayed: the upstream's own chunks (its vendor's field); the general path
+        // writes its own.
+        assert_eq!(relayed[0]["system_fingerprint"], "fp_3", "{text}");
+        assert!(general.iter().all(|c| c["system_fingerprint"].is_null()));
+        let choices = choices_of(&relayed);
+        assert_eq!(choices, choices_of(&general), "{text}\n{general_text}");
+        assert_eq!(choices[0].0, "The answer is four.");
+        assert_eq!(
+            choices[1].0, "It is four, as two and two make four.",
+            "late: left out"
+        );
+        let usage_of = |chunks: &[Value]| {
+            chunks.iter().find(|c| !c["usage"].is_null()).unwrap()["usage"].clone()
+        };
+        let (usage_relayed, usage_general) = (usage_of(&relayed), usage_of(&general));
+        assert_eq!(usage_relayed, usage_general, "{text}\n{general_text}");
+        let parts = usage_relayed["choicewise"]["per_choice"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert_eq!(parts.len(), 3, "{usage_relayed}");
+        if usage {
+            assert_eq!(usage_relayed["completion_tokens"], 30);
+            let shares: u64 = parts
+                .iter()
+                .map(|p| p["completion_tokens"].as_u64().unwrap())
+                .sum();
+            assert_eq!(
+                shares, 30,
+                "the shares add up to the total: {usage_relayed}"
+            );
+        }
+        // The record of each reads the same: its tokens, its choices' ends, its answer.
+        let counted = |text: &str| -> std::collections::BTreeSet<String> {
+            let names = [
+                "choicewise_tokens_total",
+                "choicewise_choices_total",
+                "choicewise_answers_total",
+                "choicewise_cancelled_tokens_total",
+            ];
+            (text.lines())
+                .filter(|l| names.iter().any(|n| l.starts_with(n)))
+                .map(str::to_string)
+                .collect()
+        };
+        let seen = ["choicewise_tokens_total{model=\"m\""];
+        let relayed_record = counted(&metrics_with(relayed_at, &seen).await);
+        assert!(relayed_record.len() >= 4, "{relayed_record:?}");
+        assert_eq!(
+            relayed_record,
+            counted(&metrics_with(general_at, &seen).await)
+        );
+        // One upstream request for the three choices, each time.
+        let ns: Vec<Value> = (upstream.requests().iter())
+            .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["n"].clone())
+            .collect();
+        assert_eq!(ns, [json!(3), json!(3)], "{ns:?}");
+    }
+}

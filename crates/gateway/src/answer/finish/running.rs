@@ -178,13 +178,18 @@ pub(crate) struct Settled {
 }
 
 impl Settled {
-    /// What a relayed request came to: its one sample's `outcome`, its `tries`, and the
-    /// updates after its finish left out.
-    pub(crate) fn relayed(outcome: Outcome, tries: Vec<TryRecord>, after_finish: usize) -> Self {
+    /// What a relayed request came to: its `samples`' `outcome`, its `tries`, and the
+    /// updates after their finish left out.
+    pub(crate) fn relayed(
+        outcome: Outcome,
+        tries: Vec<TryRecord>,
+        samples: u32,
+        after_finish: usize,
+    ) -> Self {
         Settled {
             outcome,
             tries,
-            samples: 1,
+            samples,
             after_finish,
             outputs: None,
         }

@@ -1,8 +1,8 @@
-//! The pass-through path: a streamed Chat Completions request of one choice and no pick, to
-//! a model whose every upstream (its fallbacks' too) speaks Chat Completions, is answered
-//! with its upstream's own chunks as they come ([`stream::ChatRelay`]), scanned rather than
-//! parsed into choices and written again: no choice actors, no events, no framing of each
-//! update. What the record, the limits and the metrics read is still read (the finish, the
+//! The pass-through path: a streamed Chat Completions request with no pick, to a model
+//! whose every upstream (its fallbacks' too) speaks Chat Completions, and whose samples go
+//! in one upstream request (one choice, or a native `n`), is answered with its upstream's
+//! own chunks as they come ([`stream::ChatRelay`]), scanned rather than parsed into choices
+//! and written again: no choice actors, no events, no framing of each update. What the record, the limits and the metrics read is still read (the finish, the
 //! usage, an error, the output's tokens against its bound), and the request opens, fails
 //! and is recorded as on the general path (docs/gateway.md, "The pass-through path").
 
@@ -27,16 +27,17 @@ use crate::upstream::pace::bounded;
 
 mod stream;
 
-use stream::{ChatRelay, Fed};
+use stream::{ChatRelay, Fed, Reported};
 
 /// How long the answer, its choice finished, waits for the rest of its upstream's stream
 /// (its usage), as the general path waits after its last event.
 const SETTLE_AFTER_FINISH: Duration = Duration::from_secs(2);
 
-/// Whether a request of the Chat Completions API is relayed: streamed, one sample, no pick
-/// and nothing a pick reads (no confidence, no hedge), to a model whose upstreams and
-/// fallbacks' upstreams all speak Chat Completions; nothing needs the choice as a whole
-/// (the console's playground, a span, the records' samples: `keeps`).
+/// Whether a request of the Chat Completions API is relayed: streamed, no pick and nothing
+/// a pick reads (no confidence, no hedge), to a model whose upstreams and fallbacks'
+/// upstreams all speak Chat Completions, its samples planned in one upstream request (one
+/// sample, or a native `n` of them all); nothing needs the choices as a whole (the
+/// console's playground, a span, the records' samples: `keeps`).
 pub(crate) fn relays(req: &ChatRequest, opener: &Opener, keeps: bool) -> bool {
     let policy = &req.policy;
     let chat = |routes: &[crate::upstream::open::UpstreamRoute]| {
@@ -45,7 +46,6 @@ pub(crate) fn relays(req: &ChatRequest, opener: &Opener, keeps: bool) -> bool {
     let fallbacks_chat = (opener.model.fallbacks.iter())
         .all(|name| opener.models.get(name).is_some_and(|m| chat(&m.routes)));
     req.stream
-        && req.samples == 1
         && !keeps
         && policy.rule() == PickRule::All
         && policy.confidence().is_none()
@@ -54,11 +54,14 @@ pub(crate) fn relays(req: &ChatRequest, opener: &Opener, keeps: bool) -> bool {
         && opener.logprobs.is_none()
         && chat(&opener.model.routes)
         && fallbacks_chat
+        && (req.samples == 1 || crate::upstream::engine::one_request(&opener.model.routes, req))
 }
 
 /// A relayed request, its upstream request open.
 pub(crate) struct Relayed {
     pub(crate) opened: Opened,
+    /// Its samples (its choices), all in its one upstream request.
+    pub(crate) samples: u32,
     pub(crate) opener: Opener,
     pub(crate) envelope: Envelope,
     /// As the client asked: `logprobs`, `stream_options.include_usage`.
@@ -72,6 +75,7 @@ pub(crate) fn respond(finish: Finish, relayed: Relayed) -> Response {
     let open = finish.metrics().open_stream();
     let Relayed {
         opened,
+        samples,
         opener,
         envelope,
         asked,
@@ -83,23 +87,25 @@ pub(crate) fn respond(finish: Finish, relayed: Relayed) -> Response {
         limit_set,
         ..
     } = opened;
+    let samples: Vec<u32> = (0..samples.max(1)).collect();
     if let Some(max_tokens) = limit_set {
-        let set = crate::upstream::open::LimitSet {
-            sample: 0,
+        let set = |sample| crate::upstream::open::LimitSet {
+            sample,
             upstream: route.label.clone(),
             max_tokens,
         };
-        lock(&opener.limits_set).push(set);
+        lock(&opener.limits_set).extend(samples.iter().map(|&s| set(s)));
     }
     let tokens =
         |text: &str| choicewise_usage::count_text(choicewise_usage::DEFAULT_ENCODING, text);
     let bound = (opener.bound).map(|max| choicewise_core::input::TokenBound::new(max, tokens));
     let max_event = choicewise_core::defaults::DEFAULT_MAX_EVENT_SIZE;
-    let relay = ChatRelay::new(&envelope, asked, bound, max_event);
+    let relay = ChatRelay::new(&envelope, samples.len(), asked, bound, max_event);
     let include_usage = asked.1;
     let encoding = route.encoding;
     let idle = route.idle_timeout;
-    let reads = bounded(counted(reads, &opener.metrics), route.max_answer_bytes);
+    let max_bytes = crate::upstream::engine::max_bytes(&route, &samples);
+    let reads = bounded(counted(reads, &opener.metrics), max_bytes);
     let mut relaying = Relaying {
         finish,
         relay,
@@ -119,7 +125,7 @@ pub(crate) fn respond(finish: Finish, relayed: Relayed) -> Response {
         {
             let mut cut_short_by = std::pin::pin!(closed(&mut closing));
             loop {
-                let wait = match relaying.relay.finished() {
+                let wait = match relaying.relay.closed() {
                     true => SETTLE_AFTER_FINISH.min(idle),
                     false => idle,
                 };
@@ -155,7 +161,7 @@ pub(crate) fn respond(finish: Finish, relayed: Relayed) -> Response {
                         break;
                     }
                     Ok(None) => break,
-                    // Silent: a failure, unless its choice had finished.
+                    // Silent: a failure, unless its choices had closed.
                     Err(_) => {
                         relaying.relay.failed(String::new(), Some(wait));
                         break;
@@ -170,28 +176,18 @@ pub(crate) fn respond(finish: Finish, relayed: Relayed) -> Response {
         if !relaying.relay.finished() && cut.is_none() {
             opener.record(0, &relaying.upstream, crate::upstream::resilience::Outcome::Cut);
         }
-        let reported = relaying.relay.reported();
-        let estimated = match reported {
-            Some(_) => None,
-            None => Some(relaying.estimate().await),
-        };
-        let usage = match (include_usage, reported, estimated) {
-            (false, _, _) => None,
-            (true, Some(r), _) => Some(answer_usage(r.prompt, r.completion, false)),
-            (true, None, Some((prompt, completion))) => Some(answer_usage(prompt, completion, true)),
-            (true, None, None) => None,
-        };
+        let tokens = relaying.tokens().await;
         let tail = Tail {
-            usage,
+            usage: include_usage.then(|| tokens.usage()),
             stop_reason: None,
             summary: tries_summary(&lock(&relaying.tries)),
         };
         let mut write = Vec::new();
-        let (end, answer) = relaying.relay.end(cut, tail, &mut write);
+        let (ends, answer) = relaying.relay.end(cut, tail, &mut write);
         if std::mem::take(&mut first) {
             relaying.finish.first_chunk();
         }
-        relaying.settle(&end, Ended::Answer(answer), estimated);
+        relaying.settle(&ends, Ended::Answer(answer), Some(tokens));
         yield Ok(Bytes::from(write));
     };
     sse_response(body)
@@ -235,118 +231,234 @@ struct Relaying {
 }
 
 impl Relaying {
-    /// The tokens of the prompt and of the output, counted as the general path estimates
-    /// an upstream that reports none (off the workers when large).
-    async fn estimate(&mut self) -> (u64, u64) {
-        let (encoding, fields) = (self.encoding, self.prompt.clone());
-        let count = move || {
-            let fields = fields.iter().map(|(k, v)| (k.as_str(), &v[..]));
-            choicewise_usage::count_prompt_fields(encoding, fields).map_or(0, |c| c.total)
-        };
-        let bytes: usize = self.prompt.values().map(|v| v.len()).sum();
-        let quick = choicewise_usage::counts_quickly(encoding, bytes);
-        let prompt = choicewise_core::counting::counted(quick, count)
-            .await
-            .unwrap_or(0);
-        (prompt, self.completion())
+    /// The tokens of the prompt and of each choice's output: the upstream's report (its
+    /// total shared among several choices in proportion to their texts, as the general
+    /// path shares it), else counted as the general path estimates an upstream that
+    /// reports none; off the workers when large.
+    async fn tokens(&mut self) -> Tokens {
+        let n = self.relay.choices();
+        match self.relay.reported() {
+            Some(r) if n == 1 => Tokens::reported(r, vec![r.completion]),
+            Some(r) => {
+                let weights = self.counts(choicewise_usage::DEFAULT_ENCODING).await;
+                Tokens::reported(r, crate::upstream::engine::share(r.completion, &weights))
+            }
+            None => {
+                let (encoding, fields) = (self.encoding, self.prompt.clone());
+                let count = move || {
+                    let fields = fields.iter().map(|(k, v)| (k.as_str(), &v[..]));
+                    choicewise_usage::count_prompt_fields(encoding, fields).map_or(0, |c| c.total)
+                };
+                let quick = choicewise_usage::counts_quickly(encoding, self.prompt_bytes());
+                let prompt = choicewise_core::counting::counted(quick, count)
+                    .await
+                    .unwrap_or(0);
+                Tokens::estimated(prompt, self.counts(self.encoding).await)
+            }
+        }
     }
 
-    /// The output's tokens, counted.
-    fn completion(&mut self) -> u64 {
-        choicewise_usage::count_text(self.encoding, self.relay.texts())
+    /// [`tokens`](Self::tokens) without waiting, for a client gone: a prompt counted at
+    /// once when it is small, else left uncounted, as the general path records a client
+    /// gone.
+    fn tokens_now(&mut self) -> Tokens {
+        let n = self.relay.choices();
+        let texts = self.texts();
+        let count = |encoding| {
+            (texts.iter())
+                .map(|t| choicewise_usage::count_text(encoding, t))
+                .collect::<Vec<u64>>()
+        };
+        match self.relay.reported() {
+            Some(r) if n == 1 => Tokens::reported(r, vec![r.completion]),
+            Some(r) => {
+                let weights = count(choicewise_usage::DEFAULT_ENCODING);
+                Tokens::reported(r, crate::upstream::engine::share(r.completion, &weights))
+            }
+            None => Tokens::estimated(self.prompt_now(), count(self.encoding)),
+        }
+    }
+
+    /// Each choice's texts, by index.
+    fn texts(&mut self) -> Vec<String> {
+        (0..self.relay.choices())
+            .map(|i| self.relay.texts(i).to_string())
+            .collect()
+    }
+
+    /// The tokens of each choice's texts in `encoding`: in place when few
+    /// ([`choicewise_usage::counts_quickly`]), else off the workers; none (every weight
+    /// zero: equal shares) if counting panicked.
+    async fn counts(&mut self, encoding: choicewise_usage::EncodingName) -> Vec<u64> {
+        let texts = self.texts();
+        let bytes = texts.iter().map(String::len).sum();
+        let quick = choicewise_usage::counts_quickly(encoding, bytes);
+        let count = move || {
+            (texts.iter())
+                .map(|t| choicewise_usage::count_text(encoding, t))
+                .collect()
+        };
+        let counted = choicewise_core::counting::counted(quick, count).await;
+        counted.unwrap_or_else(|| vec![0; self.relay.choices()])
+    }
+
+    /// The bytes of the prompt's fields (what counting it reads).
+    fn prompt_bytes(&self) -> usize {
+        self.prompt.values().map(|v| v.len()).sum()
     }
 
     /// The prompt's tokens for a client gone before they were counted, without waiting:
     /// counted at once when the prompt is small, else left uncounted, as the general path
     /// records a client gone.
     fn prompt_now(&self) -> u64 {
-        let bytes: usize = self.prompt.values().map(|v| v.len()).sum();
-        if !choicewise_usage::counts_quickly(self.encoding, bytes) {
+        if !choicewise_usage::counts_quickly(self.encoding, self.prompt_bytes()) {
             return 0;
         }
         let fields = self.prompt.iter().map(|(k, v)| (k.as_str(), &v[..]));
         choicewise_usage::count_prompt_fields(self.encoding, fields).map_or(0, |c| c.total)
     }
 
-    /// The record told what the relay came to: its choice ended so (`end`), the request so
-    /// (`ended`); `estimated`: the tokens counted where the upstream reported none.
-    fn settle(&mut self, end: &OutputEnd, ended: Ended, estimated: Option<(u64, u64)>) {
+    /// The record told what the relay came to: its choices ended so (`ends`, by index),
+    /// the request so (`ended`); `tokens`: as counted, or to be counted now.
+    fn settle(&mut self, ends: &[OutputEnd], ended: Ended, tokens: Option<Tokens>) {
         self.done = true;
-        let finish = match end {
-            OutputEnd::Finished(reason) => SampleEnded::Finished(reason.to_string()),
-            OutputEnd::Failed(_) => SampleEnded::Failed,
-            OutputEnd::Stopped(_) => SampleEnded::Cancelled,
-        };
-        let outcome = self.outcome(finish, estimated);
+        let finishes = (ends.iter())
+            .map(|end| match end {
+                OutputEnd::Finished(reason) => SampleEnded::Finished(reason.to_string()),
+                OutputEnd::Failed(_) => SampleEnded::Failed,
+                OutputEnd::Stopped(_) => SampleEnded::Cancelled,
+            })
+            .collect();
+        let tokens = tokens.unwrap_or_else(|| self.tokens_now());
+        let outcome = self.outcome(finishes, &tokens);
         let tries = lock(&self.tries).clone();
-        let settled = Settled::relayed(outcome, tries, self.relay.after_finish());
+        let samples = self.relay.choices() as u32;
+        let settled = Settled::relayed(outcome, tries, samples, self.relay.after_finish());
         self.finish.relayed(settled, ended);
     }
 
-    /// What the relayed request came to, its one sample ended so (`finish`).
-    fn outcome(&mut self, finish: SampleEnded, estimated: Option<(u64, u64)>) -> Outcome {
-        let (prompt, completion, estimated) = match (self.relay.reported(), estimated) {
-            (Some(r), _) => (r.prompt, r.completion, false),
-            (None, Some((prompt, completion))) => (prompt, completion, true),
-            (None, None) => (self.prompt_now(), self.completion(), true),
-        };
-        let cancelled = finish == SampleEnded::Cancelled;
-        let place = matches!(finish, SampleEnded::Finished(_)).then_some(0);
-        Outcome {
-            samples: vec![SampleEnd {
-                sample: Some(0),
+    /// What the relayed request came to, its samples ended so (`finishes`, by index), as
+    /// the general path's accounting says it.
+    fn outcome(&mut self, finishes: Vec<SampleEnded>, tokens: &Tokens) -> Outcome {
+        let cancelled = |f: &SampleEnded| *f == SampleEnded::Cancelled;
+        // Per-sample parts count when some sample was not output.
+        let wasted = finishes.iter().any(cancelled);
+        let cancelled_tokens = (finishes.iter().zip(&tokens.completions))
+            .filter(|(f, _)| cancelled(f))
+            .map(|(_, c)| *c)
+            .fold(0, u64::saturating_add);
+        let samples = (finishes.into_iter().enumerate())
+            .map(|(i, finish)| SampleEnd {
+                sample: Some(i as u32),
+                output: (!cancelled(&finish)).then_some(i as u32),
+                place: self.relay.place(i),
                 finish,
-                place,
-                output: Some(0),
-                prompt_tokens: prompt,
-                completion_tokens: completion,
-                estimated,
+                prompt_tokens: if i == 0 { tokens.prompt } else { 0 },
+                completion_tokens: tokens.completions[i],
+                estimated: tokens.parts_estimated(),
                 ..SampleEnd::default()
-            }],
+            })
+            .collect();
+        let completion = tokens.completion();
+        Outcome {
+            samples,
             upstreams: vec![UpstreamTokens {
                 upstream: self.upstream.clone(),
-                prompt,
+                prompt: tokens.prompt,
                 completion,
-                estimated,
+                estimated: !tokens.reported,
             }],
-            prompt_tokens: prompt,
+            prompt_tokens: tokens.prompt,
             completion_tokens: completion,
-            estimated,
+            estimated: !tokens.reported || (wasted && tokens.parts_estimated()),
             response_model: self.relay.response_model().map(str::to_string),
-            cancelled_tokens: if cancelled { completion } else { 0 },
+            cancelled_tokens,
             unselected_tokens: 0,
         }
     }
 }
 
 impl Drop for Relaying {
-    /// A client gone before the answer ended: its sample stopped for it, what it had
-    /// received counted.
+    /// A client gone before the answer ended: its choices still open stopped for it, what
+    /// it had received counted.
     fn drop(&mut self) {
         if !self.done {
             let stopped = OutputEnd::Stopped(crate::answer::ending::Initiator::Client);
-            self.settle(&stopped, Ended::ClientGone, None);
+            let ends: Vec<OutputEnd> = (0..self.relay.choices())
+                .map(|i| match self.relay.finish(i) {
+                    Some(reason) => OutputEnd::Finished(reason.into()),
+                    None => stopped.clone(),
+                })
+                .collect();
+            self.settle(&ends, Ended::ClientGone, None);
         }
     }
 }
 
-/// The answer's usage, in Chat Completions' shape with its `choicewise` parts, as the
-/// general path writes it: its one sample's tokens, reported or `estimated`.
-fn answer_usage(prompt: u64, completion: u64, estimated: bool) -> AnswerUsage {
-    AnswerUsage {
-        choicewise: UsageParts {
-            estimated,
-            per_choice: vec![ChoiceTokens {
-                completion_tokens: completion,
+/// A relayed answer's tokens: its prompt's and each choice's.
+struct Tokens {
+    prompt: u64,
+    /// Each choice's output tokens, by index.
+    completions: Vec<u64>,
+    /// The upstream reported them (its total, shared when there are several choices).
+    reported: bool,
+}
+
+impl Tokens {
+    /// As the upstream reported them (`r`), its total shared into `completions`.
+    fn reported(r: Reported, completions: Vec<u64>) -> Tokens {
+        Tokens {
+            prompt: r.prompt,
+            completions,
+            reported: true,
+        }
+    }
+
+    /// Counted by the gateway.
+    fn estimated(prompt: u64, completions: Vec<u64>) -> Tokens {
+        Tokens {
+            prompt,
+            completions,
+            reported: false,
+        }
+    }
+
+    /// The output's tokens, all choices'.
+    fn completion(&self) -> u64 {
+        self.completions
+            .iter()
+            .copied()
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Whether each choice's part is the gateway's: counted, or a share of a total reported
+    /// for several choices.
+    fn parts_estimated(&self) -> bool {
+        !self.reported || self.completions.len() > 1
+    }
+
+    /// The answer's usage, in Chat Completions' shape with its `choicewise` parts, as the
+    /// general path writes it.
+    fn usage(&self) -> AnswerUsage {
+        let estimated = self.parts_estimated();
+        let completion = self.completion();
+        AnswerUsage {
+            choicewise: UsageParts {
                 estimated,
-                index: Some(0),
-                prompt_tokens: prompt,
-                sample: 0,
-            }],
-        },
-        completion_tokens: completion,
-        prompt_tokens: prompt,
-        total_tokens: prompt + completion,
+                per_choice: (self.completions.iter().enumerate())
+                    .map(|(i, c)| ChoiceTokens {
+                        completion_tokens: *c,
+                        estimated,
+                        index: Some(i),
+                        prompt_tokens: if i == 0 { self.prompt } else { 0 },
+                        sample: i as u32,
+                    })
+                    .collect(),
+            },
+            completion_tokens: completion,
+            prompt_tokens: self.prompt,
+            total_tokens: self.prompt.saturating_add(completion),
+        }
     }
 }
 

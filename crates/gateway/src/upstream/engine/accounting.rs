@@ -706,7 +706,7 @@ fn estimated(usage: &Usage, parts: &[Part]) -> bool {
 
 /// `total` shared in proportion to `weights` (largest remainder, so the parts add up to
 /// `total`); equal parts when every weight is zero.
-fn share(total: u64, weights: &[u64]) -> Vec<u64> {
+pub(crate) fn share(total: u64, weights: &[u64]) -> Vec<u64> {
     if weights.is_empty() {
         return Vec::new();
     }

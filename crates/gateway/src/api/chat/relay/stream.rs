@@ -113,50 +113,81 @@ struct State {
     id: Vec<u8>,
     model: Vec<u8>,
     created: Vec<u8>,
-    /// The output against its bound of tokens, if it has one (the general path's count).
-    bound: Option<TokenCount>,
-    /// The bound's tokens: as many bytes of elements may be kept unparsed (each element's
-    /// bytes are at least its texts', each token at least a byte), 0 without a bound.
+    /// Each choice's, by its index.
+    lanes: Vec<Lane>,
+    /// The bound's tokens: as many bytes of a choice's elements may be kept unparsed (each
+    /// element's bytes are at least its texts', each token at least a byte), 0 without a
+    /// bound.
     room: u64,
-    /// The elements' texts are counted against the bound as they come: their bytes passed
-    /// [`State::room`].
-    counting: bool,
-    /// The output's texts so far, when a bound counts them as they come.
-    texts: String,
-    /// Until the bound counts the texts as they come (without a bound, to the end), the
-    /// choice's elements as they came, one after the other: their texts are read only if
-    /// needed (the bound, or the upstream reporting no usage: its estimate).
-    elements: Vec<u8>,
-    finish: Option<String>,
-    /// The finish was the gateway's, at the bound of tokens.
-    at_bound: bool,
+    /// The choices finished so far (the order of their finishes).
+    finished: u64,
+    /// The choices closed so far: finished, or failed alone.
+    closed: usize,
     reported: Option<Reported>,
+    /// The answer's own failure (its stream's), which ends every choice still open.
     failure: Option<Error>,
     /// The model the upstream named.
     response_model: Option<String>,
-    /// Updates of the choice after its finish, left out.
+    /// Updates of choices after their finish, left out.
     after_finish: usize,
     over: bool,
     /// `[DONE]` came.
     done: bool,
     /// Bytes fed so far.
     offset: u64,
+    /// The elements of the chunk being read that are passed on (when some are left out).
+    kept: Vec<Range<usize>>,
+}
+
+/// What the relay keeps of one choice.
+struct Lane {
+    /// Its output against its bound of tokens, if it has one (the general path's count).
+    bound: Option<TokenCount>,
+    /// Its elements' texts are counted against the bound as they come: their bytes passed
+    /// [`State::room`].
+    counting: bool,
+    /// Its texts so far, when a bound counts them as they come.
+    texts: String,
+    /// Until the bound counts the texts as they come (without a bound, to the end), its
+    /// elements as they came, one after the other: their texts are read only if needed
+    /// (the bound, or the upstream reporting no usage: its estimate).
+    elements: Vec<u8>,
+    finish: Option<String>,
+    /// Its place among the choices' finishes.
+    place: Option<u64>,
+    /// The finish was the gateway's, at the bound of tokens.
+    at_bound: bool,
+    /// Its own failure: an update that was not one.
+    failure: Option<Error>,
 }
 
 impl ChatRelay {
-    /// The relay of a stream answered under `envelope`; `logprobs` and `include_usage` as
-    /// the client asked; `bound`: the most tokens its output may take.
+    /// The relay of a stream of `n` choices answered under `envelope`; `logprobs` and
+    /// `include_usage` as the client asked; `bound`: the most tokens each choice's output
+    /// may take.
     pub(crate) fn new(
         envelope: &Envelope,
+        n: usize,
         (logprobs, include_usage): (bool, bool),
         bound: Option<TokenBound>,
         max_event_size: usize,
     ) -> ChatRelay {
-        let mut framing = ChatFraming::new(envelope, 1, &envelope.model, (logprobs, include_usage));
-        // The upstream's first chunk opens the choice: what the gateway writes is never an
+        let n = n.max(1);
+        let mut framing = ChatFraming::new(envelope, n, &envelope.model, (logprobs, include_usage));
+        // The upstream's chunks open the choices: what the gateway writes is never an
         // opening.
         framing.open(&mut Vec::new());
         let json = |s: &str| serde_json::to_vec(s).unwrap_or_default();
+        let lane = || Lane {
+            bound: bound.map(TokenCount::new),
+            counting: false,
+            texts: String::new(),
+            elements: Vec::new(),
+            finish: None,
+            place: None,
+            at_bound: false,
+            failure: None,
+        };
         ChatRelay {
             framer: Framer::with_max_event_size(max_event_size),
             scanner: ChunkScanner::new(),
@@ -165,13 +196,10 @@ impl ChatRelay {
                 id: json(&envelope.id),
                 model: json(&envelope.model),
                 created: envelope.created.to_string().into_bytes(),
-                bound: bound.map(TokenCount::new),
+                lanes: (0..n).map(|_| lane()).collect(),
                 room: bound.map_or(0, |b| b.max),
-                counting: false,
-                texts: String::new(),
-                elements: Vec::new(),
-                finish: None,
-                at_bound: false,
+                finished: 0,
+                closed: 0,
                 reported: None,
                 failure: None,
                 response_model: None,
@@ -179,6 +207,7 @@ impl ChatRelay {
                 over: false,
                 done: false,
                 offset: 0,
+                kept: Vec::new(),
             },
         }
     }
@@ -215,41 +244,63 @@ impl ChatRelay {
                 offset,
                 message,
                 source: None,
-                unfinished: vec![0],
+                unfinished: (self.state.lanes.iter().enumerate())
+                    .filter(|(_, lane)| !lane.closed())
+                    .map(|(i, _)| i as u32)
+                    .collect(),
             },
         };
         self.state.fail(Error::from(detail));
     }
 
-    /// Whether the choice finished (its upstream's finish, or the bound's).
-    pub(crate) fn finished(&self) -> bool {
-        self.state.finish.is_some()
+    /// Whether every choice is closed (finished at its upstream's word or the bound's, or
+    /// failed alone): nothing is awaited but the stream's end.
+    pub(crate) fn closed(&self) -> bool {
+        self.state.closed == self.state.lanes.len()
     }
 
-    /// Ends the answer: the choice's ending decided (`cut`: why the answer was cut short,
+    /// Whether every choice finished (its upstream's finish, or the bound's).
+    pub(crate) fn finished(&self) -> bool {
+        self.state.lanes.iter().all(|lane| lane.finish.is_some())
+    }
+
+    /// How many choices the answer has.
+    pub(crate) fn choices(&self) -> usize {
+        self.state.lanes.len()
+    }
+
+    /// Ends the answer: each choice's ending decided (`cut`: why the answer was cut short,
     /// if it was) and written as the Chat framing writes it, then the tail (the `usage`
     /// the gateway estimated, when the client asked for it and the upstream reported none;
-    /// the tries' `summary`), then `[DONE]`. The choice's ending and the answer's verdict.
+    /// the tries' `summary`), then `[DONE]`. The choices' endings, by index, and the
+    /// answer's verdict.
     pub(crate) fn end(
         &mut self,
         cut: Option<Cut>,
         tail: Tail,
         write: &mut Vec<u8>,
-    ) -> (OutputEnd, AnswerEnd) {
+    ) -> (Vec<OutputEnd>, AnswerEnd) {
         let state = &mut self.state;
         state.over = true;
-        let seen = Seen {
-            error: state.failure.clone(),
-            finish: state.finish.as_deref().map(choicewise_core::Text::from),
-            stopped: None,
-        };
-        let end = decide(Some(&seen), cut);
-        state.framing.end(0, &end, write);
-        let ends = [end];
+        let ends: Vec<OutputEnd> = (state.lanes.iter())
+            .map(|lane| {
+                // The stream's failure is that of the choices it left open.
+                let error = (lane.failure.clone())
+                    .or_else(|| state.failure.clone().filter(|_| lane.finish.is_none()));
+                let seen = Seen {
+                    error,
+                    finish: lane.finish.as_deref().map(choicewise_core::Text::from),
+                    stopped: None,
+                };
+                decide(Some(&seen), cut)
+            })
+            .collect();
+        for (o, end) in ends.iter().enumerate() {
+            state.framing.end(o, end, write);
+        }
         let answer = AnswerEnd::of(&ends, true);
         state.framing.tail(&ends, &answer, tail, write);
-        let [end] = ends;
-        (end, answer)
+        (ends, answer)
     }
 
     /// The usage the upstream reported, if it did.
@@ -257,18 +308,31 @@ impl ChatRelay {
         self.state.reported
     }
 
-    /// The output's texts (its tokens' estimate when none were reported): those counted
-    /// against its bound, or read now from its elements.
-    pub(crate) fn texts(&mut self) -> &str {
+    /// Choice `i`'s texts (its tokens' estimate, or its weight in a shared total): those
+    /// counted against its bound, or read now from its elements.
+    pub(crate) fn texts(&mut self, i: usize) -> &str {
+        let Some(lane) = self.state.lanes.get_mut(i) else {
+            return "";
+        };
         // Read as far as they parse: an element that does not is the client's as it came.
-        let _ = self.state.take_elements();
-        &self.state.texts
+        let _ = lane.take_elements();
+        &lane.texts
     }
 
-    /// Whether the gateway finished the choice at its bound of tokens.
+    /// How choice `i` finished (its reason), if it did.
+    pub(crate) fn finish(&self, i: usize) -> Option<&str> {
+        self.state.lanes.get(i)?.finish.as_deref()
+    }
+
+    /// Choice `i`'s place among the choices' finishes, if it finished.
+    pub(crate) fn place(&self, i: usize) -> Option<u64> {
+        self.state.lanes.get(i)?.place
+    }
+
+    /// Whether the gateway finished choice `i` at its bound of tokens.
     #[cfg(test)]
-    pub(crate) fn at_bound(&self) -> bool {
-        self.state.at_bound
+    pub(crate) fn at_bound(&self, i: usize) -> bool {
+        self.state.lanes[i].at_bound
     }
 
     /// The model the upstream named in its answer.
@@ -276,7 +340,7 @@ impl ChatRelay {
         self.state.response_model.as_deref()
     }
 
-    /// Updates of the choice that came after its finish, left out.
+    /// Updates of the choices that came after their finish, left out.
     pub(crate) fn after_finish(&self) -> usize {
         self.state.after_finish
     }
@@ -293,9 +357,9 @@ impl State {
         }));
     }
 
-    /// The answer failed upstream with `error`, unless its choice had finished.
+    /// The answer failed upstream with `error`, unless every choice had closed.
     fn fail(&mut self, error: Error) {
-        if self.finish.is_none() && self.failure.is_none() {
+        if self.closed < self.lanes.len() && self.failure.is_none() {
             self.failure = Some(error);
         }
         self.over = true;
@@ -365,95 +429,186 @@ impl State {
         {
             self.reported = Some(Reported { prompt, completion });
         }
-        let (mut passes, mut skipped) = (false, 0);
+        let n = self.lanes.len();
+        // The choices past their bound in this chunk, finished once it is written.
+        let mut passed: Vec<usize> = Vec::new();
+        self.kept.clear();
         for choice in facts.choices() {
-            if self.finish.is_some() {
-                // As the general path: the choice is what it was at its finish.
-                self.after_finish += 1;
-                skipped += 1;
-                continue;
-            }
-            let element = &data[choice.range.clone()];
-            // Until the texts are counted against a bound (without one, to the end), an
-            // element is kept as it came and parsed only for its finish (and, later, for
-            // its texts if they are needed).
-            let counted = match self.bound.is_some() && !self.counting {
-                true => match self.count_from(element) {
-                    Ok(counted) => counted,
-                    // An element kept unparsed is not a choice: the answer fails there, as
-                    // it would have as it came, rather than pass its bound uncounted.
-                    Err(e) => {
-                        self.invalid_update(line, &e);
+            let i = match (n, choice.index) {
+                // One choice: whatever its upstream numbers it.
+                (1, _) | (_, None) => 0,
+                (_, Some(i)) => match usize::try_from(i).ok().filter(|i| *i < n) {
+                    Some(i) => i,
+                    None => {
+                        let message = format!("choice index {i} is past the {n} choices asked");
+                        self.fail_json(line, message);
                         return ControlFlow::Break(());
                     }
                 },
-                false => self.bound.is_some(),
             };
-            if !counted {
-                if self.elements.capacity() == 0 {
-                    // Room for a short answer's elements at once, rather than growing
-                    // through each size up to it.
-                    self.elements.reserve(ELEMENTS_ROOM);
-                }
-                self.elements.extend_from_slice(element.as_bytes());
-                if !choice.finishes {
-                    continue;
-                }
+            let lane = &mut self.lanes[i];
+            if lane.closed() {
+                // As the general path: a choice is what it was at its finish.
+                self.after_finish += usize::from(lane.failure.is_none());
+                continue;
             }
-            let choice: Choice = match serde_json::from_str(element) {
-                Ok(choice) => choice,
+            let element = &data[choice.range.clone()];
+            match lane.element(element, choice.finishes, self.room) {
+                Ok(passes) => {
+                    self.kept.push(choice.range.clone());
+                    if passes {
+                        passed.push(i);
+                    }
+                }
+                // Only that choice fails, as on the general path: its element is left out.
                 Err(e) => {
-                    self.invalid_update(line, &e);
-                    return ControlFlow::Break(());
+                    lane.failure = Some(Error::from(ErrorDetail::InvalidUpdate {
+                        choice: i as u32,
+                        line,
+                        offset: self.offset,
+                        message: e.to_string(),
+                    }));
                 }
-            };
-            if counted {
-                passes |= self.take(&choice);
             }
-            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
-                self.finish = Some(reason.into_owned());
+            let lane = &mut self.lanes[i];
+            if lane.closed() {
+                if lane.finish.is_some() {
+                    lane.place = Some(self.finished);
+                    self.finished += 1;
+                }
+                self.closed += 1;
             }
         }
         let shown = match facts.choices().is_empty() {
             // A chunk of its usage alone is not passed on: the answer's usage, when the
             // client asked for it, is the gateway's (its `choicewise` parts), in its tail.
             true => facts.usage().is_none(),
-            false => skipped < facts.choices().len(),
+            false => !self.kept.is_empty(),
         };
         if shown {
-            self.write(data, facts, write);
+            let left_out = self.kept.len() < facts.choices().len();
+            self.write(data, facts, left_out, write);
         }
-        if passes && self.finish.is_none() {
+        for i in passed {
+            let lane = &mut self.lanes[i];
+            if lane.finish.is_some() {
+                continue;
+            }
             // Past its bound of tokens: finished there, as the general path finishes it.
             let mut element = Vec::new();
             let finished = ChoiceEvent::Finished("length".into());
-            self.framing.event(0, &finished, &mut element);
+            self.framing.event(i, &finished, &mut element);
             write.extend_from_slice(&element);
-            self.finish = Some("length".to_string());
-            self.at_bound = true;
+            lane.finish = Some("length".to_string());
+            lane.at_bound = true;
+            lane.place = Some(self.finished);
+            self.finished += 1;
+            self.closed += 1;
+        }
+        if self.closed == n
+            && (self.lanes.iter()).any(|lane| lane.at_bound || lane.failure.is_some())
+        {
+            // Every choice closed, one by the gateway (its bound, or an update that was
+            // not one): nothing is awaited, and its upstream is let go.
             self.over = true;
             return ControlFlow::Break(());
         }
         ControlFlow::Continue(())
     }
 
-    /// The choice's update at `line` is not one: the answer fails there.
-    fn invalid_update(&mut self, line: u64, e: &serde_json::Error) {
-        let offset = self.offset;
-        self.fail(Error::from(ErrorDetail::InvalidUpdate {
-            choice: 0,
-            line,
-            offset,
-            message: e.to_string(),
-        }));
+    /// Writes the chunk `data` as its event, its `id`, `model` and `created` the answer's,
+    /// and (`left_out`) its choices those [`State::kept`].
+    fn write(&self, data: &str, facts: &ChunkFacts, left_out: bool, write: &mut Vec<u8>) {
+        /// What a span of the chunk is written as.
+        enum With<'a> {
+            Bytes(&'a [u8]),
+            Elements(&'a [Range<usize>]),
+        }
+        let choices = facts.choices();
+        let elements = match (left_out, choices.first(), choices.last()) {
+            (true, Some(first), Some(last)) => Some(first.range.start..last.range.end),
+            _ => None,
+        };
+        let mut spans: [(Option<Range<usize>>, With); 4] = [
+            (facts.id(), With::Bytes(&self.id)),
+            (facts.model(), With::Bytes(&self.model)),
+            (facts.created(), With::Bytes(&self.created)),
+            (elements, With::Elements(&self.kept)),
+        ];
+        spans.sort_by_key(|(range, _)| range.as_ref().map_or(0, |r| r.start));
+        let spans = spans.into_iter().filter_map(|(r, with)| Some((r?, with)));
+        write.reserve(data.len() + 64);
+        write.extend_from_slice(b"data: ");
+        let mut at = 0;
+        let bytes = data.as_bytes();
+        for (range, with) in spans {
+            // The scan's places, never trusted to index: one that did not fit would be
+            // left as the upstream wrote it.
+            if let Some(before) = bytes.get(at..range.start)
+                && range.end <= bytes.len()
+            {
+                write.extend_from_slice(before);
+                match with {
+                    With::Bytes(bytes) => write.extend_from_slice(bytes),
+                    With::Elements(kept) => {
+                        for (k, element) in kept.iter().enumerate() {
+                            if k > 0 {
+                                write.push(b',');
+                            }
+                            write.extend_from_slice(bytes.get(element.clone()).unwrap_or_default());
+                        }
+                    }
+                }
+                at = range.end;
+            }
+        }
+        write.extend_from_slice(bytes.get(at..).unwrap_or_default());
+        write.extend_from_slice(b"\n\n");
+    }
+}
+
+impl Lane {
+    /// Finished, or failed alone: what comes for it is left out.
+    fn closed(&self) -> bool {
+        self.finish.is_some() || self.failure.is_some()
+    }
+
+    /// Takes one of its elements (`finishes`: the scan saw its finish), kept as it came
+    /// and parsed only for its finish until its texts are counted against its bound
+    /// (without one, to the end; later, for its texts if they are needed): whether it
+    /// passes its bound now; an error if it is not a choice's update.
+    fn element(&mut self, element: &str, finishes: bool, room: u64) -> serde_json::Result<bool> {
+        let counted = match self.bound.is_some() && !self.counting {
+            // An element kept unparsed that is not a choice fails it once the texts are
+            // counted, rather than let it pass its bound uncounted.
+            true => self.count_from(element, room)?,
+            false => self.bound.is_some(),
+        };
+        if !counted {
+            if self.elements.capacity() == 0 {
+                // Room for a short answer's elements at once, rather than growing through
+                // each size up to it.
+                self.elements.reserve(ELEMENTS_ROOM);
+            }
+            self.elements.extend_from_slice(element.as_bytes());
+            if !finishes {
+                return Ok(false);
+            }
+        }
+        let choice: Choice = serde_json::from_str(element)?;
+        let passes = counted && self.take(&choice);
+        if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+            self.finish = Some(reason.into_owned());
+        }
+        Ok(passes)
     }
 
     /// Whether the texts are counted against the bound from `element` on: once the
-    /// elements' bytes pass it, the texts of those kept so far are taken first (an error
-    /// if one of them is not a choice).
-    fn count_from(&mut self, element: &str) -> Result<bool, serde_json::Error> {
+    /// elements' bytes pass `room`, the texts of those kept so far are taken first (an
+    /// error if one of them is not a choice).
+    fn count_from(&mut self, element: &str, room: u64) -> serde_json::Result<bool> {
         let kept = (self.elements.len() + element.len()) as u64;
-        if kept <= self.room {
+        if kept <= room {
             return Ok(false);
         }
         self.counting = true;
@@ -462,7 +617,7 @@ impl State {
 
     /// Takes the texts of the elements kept so far, up to the first that is not a choice
     /// (its error).
-    fn take_elements(&mut self) -> Result<(), serde_json::Error> {
+    fn take_elements(&mut self) -> serde_json::Result<()> {
         let elements = std::mem::take(&mut self.elements);
         for choice in serde_json::Deserializer::from_slice(&elements).into_iter::<Choice>() {
             self.take(&choice?);
@@ -499,34 +654,6 @@ impl State {
         // Checked once an update, as a choice's own lifecycle checks it.
         let texts = &self.texts;
         (self.bound.as_mut()).is_some_and(|bound| bound.passes(|| texts.as_str()))
-    }
-
-    /// Writes the chunk `data` as its event, its `id`, `model` and `created` the answer's.
-    fn write(&self, data: &str, facts: &ChunkFacts, write: &mut Vec<u8>) {
-        let mut spans: [(Option<Range<usize>>, &[u8]); 3] = [
-            (facts.id(), &self.id),
-            (facts.model(), &self.model),
-            (facts.created(), &self.created),
-        ];
-        spans.sort_by_key(|(range, _)| range.as_ref().map_or(0, |r| r.start));
-        let spans = spans.into_iter().filter_map(|(r, with)| Some((r?, with)));
-        write.reserve(data.len() + 64);
-        write.extend_from_slice(b"data: ");
-        let mut at = 0;
-        let bytes = data.as_bytes();
-        for (range, with) in spans {
-            // The scan's places, never trusted to index: one that did not fit would be
-            // left as the upstream wrote it.
-            if let Some(before) = bytes.get(at..range.start)
-                && range.end <= bytes.len()
-            {
-                write.extend_from_slice(before);
-                write.extend_from_slice(with);
-                at = range.end;
-            }
-        }
-        write.extend_from_slice(bytes.get(at..).unwrap_or_default());
-        write.extend_from_slice(b"\n\n");
     }
 }
 
@@ -567,8 +694,13 @@ mod tests {
 
     /// The relay of `reads`, each fed as one read: what it wrote, and the relay.
     fn relayed(reads: &[&[u8]], bound: Option<u64>) -> (String, ChatRelay) {
+        relayed_n(1, reads, bound)
+    }
+
+    /// [`relayed`] of `n` choices.
+    fn relayed_n(n: usize, reads: &[&[u8]], bound: Option<u64>) -> (String, ChatRelay) {
         let bound = bound.map(|max| TokenBound::new(max, words));
-        let mut relay = ChatRelay::new(&envelope(), (false, false), bound, 1 << 20);
+        let mut relay = ChatRelay::new(&envelope(), n, (false, false), bound, 1 << 20);
         let mut write = Vec::new();
         for read in reads {
             if relay.feed(read, &mut write) != Fed::More {
@@ -600,7 +732,7 @@ mod tests {
         assert_eq!(chunks[0]["system_fingerprint"], "fp");
         assert_eq!(chunks[0]["choices"][0]["x_vendor"]["k"][1], 2);
         assert_eq!(chunks[1]["choices"][0]["finish_reason"], "stop");
-        assert_eq!(relay.texts(), "Hello");
+        assert_eq!(relay.texts(0), "Hello");
         assert_eq!(relay.after_finish(), 1);
         assert_eq!(
             relay.reported(),
@@ -658,7 +790,7 @@ mod tests {
                     (&"m".into(), &5.into())
                 );
             }
-            assert_eq!(relay.texts(), "aa longer text", "{order:?}");
+            assert_eq!(relay.texts(0), "aa longer text", "{order:?}");
         }
     }
 
@@ -693,7 +825,7 @@ mod tests {
         for at in 1..bytes.len() {
             let (split, mut relay) = relayed(&[&bytes[..at], &bytes[at..]], None);
             assert_eq!(split, whole, "split at {at}");
-            assert_eq!(relay.texts(), "Hello");
+            assert_eq!(relay.texts(0), "Hello");
         }
     }
 
@@ -705,12 +837,16 @@ mod tests {
         let chunks = data(&text);
         assert_eq!(chunks[0]["model"], "m", "{text}");
         assert_eq!(chunks[0]["id"], "chatcmpl-gw");
-        assert_eq!(relay.texts(), "Hi");
+        assert_eq!(relay.texts(0), "Hi");
         // Not JSON: the stream fails there.
         let (_, mut relay) = relayed(&[b"data: {\"choices\": [\n\n"], None);
         let mut tail = Vec::new();
-        let (end, answer) = relay.end(None, Tail::default(), &mut tail);
-        assert!(end.why().unwrap().contains("invalid chunk JSON"), "{end}");
+        let (ends, answer) = relay.end(None, Tail::default(), &mut tail);
+        assert!(
+            ends[0].why().unwrap().contains("invalid chunk JSON"),
+            "{}",
+            ends[0]
+        );
         assert!(answer.failure().is_some());
     }
 
@@ -729,12 +865,12 @@ mod tests {
         assert_eq!(chunks.len(), 4, "{text}");
         assert_eq!(chunks[3]["choices"][0]["finish_reason"], "length");
         assert_eq!(chunks[3]["model"], "m");
-        assert!(relay.at_bound());
-        assert_eq!(words(relay.texts()), 9);
+        assert!(relay.at_bound(0));
+        assert_eq!(words(relay.texts(0)), 9);
         // Within its bound, nothing is stopped.
         let (text, relay) = relayed(&[up.as_bytes()], Some(30));
         assert_eq!(data(&text).len(), 10);
-        assert!(!relay.at_bound() && !relay.finished());
+        assert!(!relay.at_bound(0) && !relay.finished());
         // 100 words in about 250 bytes an update, against 600: the first two updates are
         // kept unparsed (their bytes cannot pass it), the third's bytes pass it and the
         // three are counted (300 words), then each as it comes: the seventh passes.
@@ -743,8 +879,8 @@ mod tests {
         let chunks = data(&text);
         assert_eq!(chunks.len(), 8, "{text}");
         assert_eq!(chunks[7]["choices"][0]["finish_reason"], "length");
-        assert!(relay.at_bound());
-        assert_eq!(words(relay.texts()), 700);
+        assert!(relay.at_bound(0));
+        assert_eq!(words(relay.texts(0)), 700);
         // An update kept unparsed that is not a choice's (its content a number) fails the
         // answer once the updates are counted: the bound is never passed uncounted.
         let wrong = "data: {\"id\":\"u\",\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":5},\"finish_reason\":null}]}\n\n";
@@ -759,9 +895,9 @@ mod tests {
             "relayed until the updates were counted: {text}"
         );
         let mut tail = Vec::new();
-        let (end, answer) = relay.end(None, Tail::default(), &mut tail);
-        assert!(end.why().unwrap().contains("invalid"), "{end}");
-        assert!(answer.failure().is_some() && !relay.at_bound());
+        let (ends, answer) = relay.end(None, Tail::default(), &mut tail);
+        assert!(ends[0].why().unwrap().contains("invalid"), "{}", ends[0]);
+        assert!(answer.failure().is_some() && !relay.at_bound(0));
     }
 
     #[test]
@@ -779,7 +915,8 @@ mod tests {
             "the error is the tail's to say: {text}"
         );
         let mut tail = Vec::new();
-        let (end, answer) = relay.end(None, Tail::default(), &mut tail);
+        let (ends, answer) = relay.end(None, Tail::default(), &mut tail);
+        let end = &ends[0];
         let tail = String::from_utf8(tail).unwrap();
         let events: Vec<&str> = tail.split_terminator("\n\n").collect();
         assert_eq!(events.len(), 3, "{tail}");
@@ -793,7 +930,166 @@ mod tests {
         // A failure after the finish is not one: the choice had finished.
         let (_, mut relay) = relayed(&[UP.as_bytes()], None);
         relay.failed("closed".into(), None);
-        let (end, _) = relay.end(None, Tail::default(), &mut Vec::new());
-        assert_eq!(end, OutputEnd::Finished("stop".into()));
+        let (ends, _) = relay.end(None, Tail::default(), &mut Vec::new());
+        assert_eq!(ends, [OutputEnd::Finished("stop".into())]);
+    }
+
+    /// A chunk of choice `index`'s element `content`, finished so if `finish` is.
+    fn element(index: u32, content: &str, finish: Option<&str>) -> String {
+        let finish = finish.map_or("null".to_string(), |f| format!("\"{f}\""));
+        format!(
+            "{{\"index\":{index},\"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":{finish}}}"
+        )
+    }
+
+    /// One chunk of `elements`.
+    fn chunk(elements: &[String]) -> String {
+        format!(
+            "data: {{\"id\":\"up\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[{}]}}\n\n",
+            elements.join(",")
+        )
+    }
+
+    /// Each choice's text in `chunks`, by index.
+    fn texts_of(chunks: &[serde_json::Value], n: usize) -> Vec<String> {
+        let mut texts = vec![String::new(); n];
+        for chunk in chunks {
+            for choice in chunk["choices"].as_array().into_iter().flatten() {
+                let i = choice["index"].as_u64().unwrap() as usize;
+                texts[i].push_str(choice["delta"]["content"].as_str().unwrap_or_default());
+            }
+        }
+        texts
+    }
+
+    #[test]
+    fn several_choices_interleaved_pass_each_until_its_own_finish() {
+        let up = [
+            chunk(&[element(1, "b1", None)]),
+            chunk(&[element(0, "a1", None)]),
+            chunk(&[element(2, "c1", Some("stop"))]),
+            // Choice 2 finished: its element is left out of the chunk, the others pass.
+            chunk(&[
+                element(2, "late", None),
+                element(0, "a2", None),
+                element(1, "b2", None),
+            ]),
+            chunk(&[element(1, "b3", Some("length"))]),
+            chunk(&[element(0, "a3", None), element(1, "late", None)]),
+            chunk(&[element(0, "", Some("stop"))]),
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":9}}\n\n"
+                .into(),
+            "data: [DONE]\n\n".into(),
+        ]
+        .concat();
+        let whole = |reads: &[&[u8]]| relayed_n(3, reads, None);
+        let (text, mut relay) = whole(&[up.as_bytes()]);
+        let chunks = data(&text);
+        assert_eq!(chunks.len(), 7, "{text}");
+        assert_eq!(texts_of(&chunks, 3), ["a1a2a3", "b1b2b3", "c1"], "{text}");
+        assert_eq!(chunks[3]["choices"].as_array().unwrap().len(), 2, "{text}");
+        assert_eq!(chunks[3]["choices"][0]["index"], 0);
+        assert_eq!(relay.after_finish(), 2);
+        assert!(relay.finished() && relay.closed());
+        assert_eq!(
+            (0..3)
+                .map(|i| relay.texts(i).to_string())
+                .collect::<Vec<_>>(),
+            ["a1a2a3", "b1b2b3", "c1"]
+        );
+        // The order of the finishes: 2, then 1, then 0.
+        assert_eq!(
+            (0..3).map(|i| relay.place(i)).collect::<Vec<_>>(),
+            [Some(2), Some(1), Some(0)]
+        );
+        assert_eq!(relay.finish(1), Some("length"));
+        assert_eq!(
+            relay.reported(),
+            Some(Reported {
+                prompt: 4,
+                completion: 9
+            })
+        );
+        let mut tail = Vec::new();
+        let (ends, answer) = relay.end(None, Tail::default(), &mut tail);
+        assert!(
+            ends.iter().all(|e| matches!(e, OutputEnd::Finished(_))),
+            "{ends:?}"
+        );
+        assert!(answer.failure().is_none());
+        // Split anywhere, the same.
+        let bytes = up.as_bytes();
+        for at in (1..bytes.len()).step_by(7) {
+            let (split, _) = whole(&[&bytes[..at], &bytes[at..]]);
+            assert_eq!(split, text, "split at {at}");
+        }
+    }
+
+    #[test]
+    fn each_choice_is_held_to_its_own_bound_and_fails_alone() {
+        // Choice 0 passes its bound of 4 words; choice 1 goes on and finishes.
+        let up = [
+            chunk(&[element(0, " one two three", None), element(1, " one", None)]),
+            chunk(&[element(0, " four five", None), element(1, " two", None)]),
+            chunk(&[element(0, " six", None), element(1, " three", Some("stop"))]),
+        ]
+        .concat();
+        let (text, relay) = relayed_n(2, &[up.as_bytes()], Some(4));
+        let chunks = data(&text);
+        // The bound's finish is written after the chunk that passed it; choice 0's next
+        // element is left out, and with both choices closed the upstream is let go.
+        assert_eq!(chunks.len(), 4, "{text}");
+        assert_eq!(chunks[2]["choices"][0]["finish_reason"], "length", "{text}");
+        assert_eq!(chunks[2]["choices"][0]["index"], 0);
+        assert_eq!(chunks[3]["choices"].as_array().unwrap().len(), 1, "{text}");
+        assert!(relay.at_bound(0) && !relay.at_bound(1));
+        assert_eq!(relay.finish(1), Some("stop"));
+        // An update of choice 1 that is not one fails it alone; choice 0 finishes.
+        let wrong =
+            "{\"index\":1,\"delta\":{\"content\":5},\"finish_reason\":\"stop\"}".to_string();
+        let up = [
+            chunk(&[element(0, "a", None), element(1, "b", None)]),
+            chunk(&[element(0, "c", None), wrong]),
+            chunk(&[element(1, "late", None), element(0, "d", Some("stop"))]),
+        ]
+        .concat();
+        let (text, mut relay) = relayed_n(2, &[up.as_bytes()], None);
+        let chunks = data(&text);
+        assert_eq!(texts_of(&chunks, 2), ["acd", "b"], "{text}");
+        let mut tail = Vec::new();
+        let (ends, answer) = relay.end(None, Tail::default(), &mut tail);
+        assert_eq!(ends[0], OutputEnd::Finished("stop".into()));
+        assert!(ends[1].why().unwrap().contains("invalid"), "{}", ends[1]);
+        assert!(answer.failure().is_none(), "one choice finished");
+        let tail = String::from_utf8(tail).unwrap();
+        assert!(
+            tail.contains("\"index\":1") && tail.contains("\"finish_reason\":\"error\""),
+            "{tail}"
+        );
+    }
+
+    #[test]
+    fn a_stream_that_fails_fails_only_the_choices_still_open() {
+        let up = [
+            chunk(&[element(0, "a", Some("stop")), element(1, "b", None)]),
+            "data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n".into(),
+        ]
+        .concat();
+        let (_, mut relay) = relayed_n(2, &[up.as_bytes()], None);
+        let (ends, answer) = relay.end(None, Tail::default(), &mut Vec::new());
+        assert_eq!(ends[0], OutputEnd::Finished("stop".into()));
+        assert!(ends[1].why().unwrap().contains("overloaded"), "{}", ends[1]);
+        assert!(answer.failure().is_none());
+        // A choice index past those asked fails the stream there.
+        let up = chunk(&[element(0, "a", None), element(3, "d", None)]);
+        let (text, mut relay) = relayed_n(2, &[up.as_bytes()], None);
+        assert!(data(&text).is_empty(), "{text}");
+        let (ends, answer) = relay.end(None, Tail::default(), &mut Vec::new());
+        assert!(
+            ends[0].why().unwrap().contains("past the 2 choices"),
+            "{}",
+            ends[0]
+        );
+        assert!(answer.failure().is_some());
     }
 }
