@@ -225,7 +225,19 @@ async fn a_native_n_is_relayed_and_reads_as_the_general_path_reads_it() {
         let (general_text, general) = streamed(general_at, asked).await;
         // Relayed: the upstream's own chunks (its vendor's field); the general path
         // writes its own.
-        assert_eq!(relayed[0]["system_fingerprint"], "fp_3", "{text}");
+        assert!(
+            relayed.iter().any(|c| c["system_fingerprint"] == "fp_3"),
+            "{text}"
+        );
+        // Both open the three choices first, in index order (the upstream began with 0,
+        // then 2 and 1 in one chunk).
+        let firsts = |chunks: &[Value]| -> Vec<Value> {
+            (chunks.iter().take(3))
+                .map(|c| c["choices"][0]["index"].clone())
+                .collect()
+        };
+        assert_eq!(firsts(&relayed), [json!(0), json!(1), json!(2)], "{text}");
+        assert_eq!(firsts(&general), firsts(&relayed));
         assert!(general.iter().all(|c| c["system_fingerprint"].is_null()));
         let choices = choices_of(&relayed);
         assert_eq!(choices, choices_of(&general), "{text}\n{general_text}");
@@ -281,4 +293,75 @@ async fn a_native_n_is_relayed_and_reads_as_the_general_path_reads_it() {
             .collect();
         assert_eq!(ns, [json!(3), json!(3)], "{ns:?}");
     }
+}
+
+/// A client gone mid-answer from a relayed native `n`: the choice that had finished is
+/// recorded finished, the others cancelled with the tokens they had sent, as the general
+/// path records the same answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_from_a_relayed_native_n_is_recorded_as_the_general_path_records_it() {
+    // Four chunks, choice 1 finished among them; then the upstream stalls.
+    let upstream = TestServer::builder()
+        .body(native_three(false))
+        .stall_after_events(4)
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let relaying = toml(&upstream.base_url());
+    let general = format!(
+        "[records]\nurl = \"sqlite://{}\"\nsamples = true\nspool_path = \"{}\"\n{relaying}",
+        dir.path().join("r.db").display(),
+        dir.path().join("r.spool").display()
+    );
+    let record = |text: &str| -> std::collections::BTreeSet<String> {
+        let names = [
+            "choicewise_tokens_total",
+            "choicewise_choices_total",
+            "choicewise_cancelled_tokens_total",
+        ];
+        (text.lines())
+            .filter(|l| names.iter().any(|n| l.starts_with(n)))
+            .map(str::to_string)
+            .collect()
+    };
+    let mut records = Vec::new();
+    for toml in [relaying.clone(), general] {
+        let (addr, _) = serve(&toml, no_env).await;
+        let body = json!({"model": "m", "stream": true, "n": 3,
+            "messages": [{"role": "user", "content": "hi"}]});
+        let mut r = post_chat(addr, &body).await;
+        let mut text = String::new();
+        while !text.contains("\"finish_reason\":\"stop\"") {
+            let chunk = r.chunk().await.unwrap().expect("the answer ended early");
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        drop(r);
+        // Recorded once the gateway has seen its client go.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let text = loop {
+            let text = crate::common::metrics(addr).await;
+            let cancelled: f64 = (text.lines())
+                .find_map(|l| l.strip_prefix("choicewise_cancelled_tokens_total{model=\"m\"} "))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            if cancelled > 0.0 {
+                break text;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no cancelled tokens: {text}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        records.push(record(&text));
+    }
+    let relayed = &records[0];
+    assert!(
+        relayed
+            .iter()
+            .any(|l| l.contains("finish_reason=\"stop\"") && l.ends_with(" 1")),
+        "{relayed:?}"
+    );
+    assert_eq!(records[0], records[1]);
 }

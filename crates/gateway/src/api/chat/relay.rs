@@ -122,6 +122,13 @@ pub(crate) fn respond(finish: Finish, relayed: Relayed) -> Response {
         let mut reads = reads.boxed();
         let mut cut = None;
         let mut first = true;
+        // Several choices: the gateway's openings, before any upstream chunk.
+        let openings = relaying.relay.take_openings();
+        if !openings.is_empty() {
+            first = false;
+            relaying.finish.first_chunk();
+            yield Ok(Bytes::from(openings));
+        }
         {
             let mut cut_short_by = std::pin::pin!(closed(&mut closing));
             loop {

@@ -136,7 +136,20 @@ struct State {
     /// Bytes fed so far.
     offset: u64,
     /// The elements of the chunk being read that are passed on (when some are left out).
-    kept: Vec<Range<usize>>,
+    kept: Vec<Kept>,
+    /// Of several choices, the openings the gateway writes before the upstream's first
+    /// chunk, until they are taken.
+    openings: Vec<u8>,
+    /// Of several choices, each element's `role` is left out: the gateway's openings said
+    /// it, as the general path says it.
+    strip_roles: bool,
+}
+
+/// An element of a chunk that is passed on: as it came (its place in the chunk), or
+/// written again without its `role`.
+enum Kept {
+    Came(Range<usize>),
+    Written(String),
 }
 
 /// What the relay keeps of one choice.
@@ -174,9 +187,16 @@ impl ChatRelay {
     ) -> ChatRelay {
         let n = n.max(1);
         let mut framing = ChatFraming::new(envelope, n, &envelope.model, (logprobs, include_usage));
-        // The upstream's chunks open the choices: what the gateway writes is never an
-        // opening.
-        framing.open(&mut Vec::new());
+        // One choice: the upstream's first chunk opens it, and what the gateway writes is
+        // never an opening. Several: the gateway opens them all first, in index order, as
+        // the general path does (an upstream may start them in any order, and a client
+        // such as openai-python's stream helper reads a choice's first element as its
+        // next one).
+        let mut openings = Vec::new();
+        framing.open(&mut openings);
+        if n == 1 {
+            openings.clear();
+        }
         let json = |s: &str| serde_json::to_vec(s).unwrap_or_default();
         let lane = || Lane {
             bound: bound.map(TokenCount::new),
@@ -208,8 +228,16 @@ impl ChatRelay {
                 done: false,
                 offset: 0,
                 kept: Vec::new(),
+                openings,
+                strip_roles: n > 1,
             },
         }
+    }
+
+    /// Of several choices, their openings, written by the gateway before the upstream's
+    /// chunks (empty once taken, and for one choice).
+    pub(crate) fn take_openings(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.state.openings)
     }
 
     /// Relays one read of the upstream's bytes: every whole event in it, passed on into
@@ -455,7 +483,13 @@ impl State {
             let element = &data[choice.range.clone()];
             match lane.element(element, choice.finishes, self.room) {
                 Ok(passes) => {
-                    self.kept.push(choice.range.clone());
+                    let without_role = (self.strip_roles && element.contains("\"role\""))
+                        .then(|| without_role(element))
+                        .flatten();
+                    self.kept.push(match without_role {
+                        Some(written) => Kept::Written(written),
+                        None => Kept::Came(choice.range.clone()),
+                    });
                     if passes {
                         passed.push(i);
                     }
@@ -486,8 +520,9 @@ impl State {
             false => !self.kept.is_empty(),
         };
         if shown {
-            let left_out = self.kept.len() < facts.choices().len();
-            self.write(data, facts, left_out, write);
+            let rewritten = self.kept.len() < facts.choices().len()
+                || (self.kept.iter()).any(|k| matches!(k, Kept::Written(_)));
+            self.write(data, facts, rewritten, write);
         }
         for i in passed {
             let lane = &mut self.lanes[i];
@@ -517,15 +552,15 @@ impl State {
     }
 
     /// Writes the chunk `data` as its event, its `id`, `model` and `created` the answer's,
-    /// and (`left_out`) its choices those [`State::kept`].
-    fn write(&self, data: &str, facts: &ChunkFacts, left_out: bool, write: &mut Vec<u8>) {
+    /// and (`rewritten`) its choices those [`State::kept`].
+    fn write(&self, data: &str, facts: &ChunkFacts, rewritten: bool, write: &mut Vec<u8>) {
         /// What a span of the chunk is written as.
         enum With<'a> {
             Bytes(&'a [u8]),
-            Elements(&'a [Range<usize>]),
+            Elements(&'a [Kept]),
         }
         let choices = facts.choices();
-        let elements = match (left_out, choices.first(), choices.last()) {
+        let elements = match (rewritten, choices.first(), choices.last()) {
             (true, Some(first), Some(last)) => Some(first.range.start..last.range.end),
             _ => None,
         };
@@ -555,7 +590,11 @@ impl State {
                             if k > 0 {
                                 write.push(b',');
                             }
-                            write.extend_from_slice(bytes.get(element.clone()).unwrap_or_default());
+                            let element = match element {
+                                Kept::Came(range) => bytes.get(range.clone()).unwrap_or_default(),
+                                Kept::Written(text) => text.as_bytes(),
+                            };
+                            write.extend_from_slice(element);
                         }
                     }
                 }
@@ -657,6 +696,16 @@ impl Lane {
     }
 }
 
+/// A choice's element written again without its delta's `role`, if it had one (and is a
+/// JSON object).
+fn without_role(element: &str) -> Option<String> {
+    let mut value: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(element).ok()?;
+    let delta = value.get_mut("delta")?.as_object_mut()?;
+    delta.remove("role")?;
+    serde_json::to_string(&value).ok()
+}
+
 /// A chunk the scan could not vouch for, parsed and written again (compact, its keys as
 /// they came), for the scan; or why it is not a chunk.
 fn normalise(data: &str) -> Result<String, String> {
@@ -701,7 +750,7 @@ mod tests {
     fn relayed_n(n: usize, reads: &[&[u8]], bound: Option<u64>) -> (String, ChatRelay) {
         let bound = bound.map(|max| TokenBound::new(max, words));
         let mut relay = ChatRelay::new(&envelope(), n, (false, false), bound, 1 << 20);
-        let mut write = Vec::new();
+        let mut write = relay.take_openings();
         for read in reads {
             if relay.feed(read, &mut write) != Fed::More {
                 break;
@@ -964,8 +1013,10 @@ mod tests {
 
     #[test]
     fn several_choices_interleaved_pass_each_until_its_own_finish() {
+        // Choice 1 first, with its role.
+        let opening = "{\"index\":1,\"delta\":{\"role\":\"assistant\",\"content\":\"b1\"},\"finish_reason\":null,\"x\":[1]}";
         let up = [
-            chunk(&[element(1, "b1", None)]),
+            chunk(&[opening.to_string()]),
             chunk(&[element(0, "a1", None)]),
             chunk(&[element(2, "c1", Some("stop"))]),
             // Choice 2 finished: its element is left out of the chunk, the others pass.
@@ -985,10 +1036,22 @@ mod tests {
         let whole = |reads: &[&[u8]]| relayed_n(3, reads, None);
         let (text, mut relay) = whole(&[up.as_bytes()]);
         let chunks = data(&text);
-        assert_eq!(chunks.len(), 7, "{text}");
+        // The gateway's three openings, in index order, then the upstream's seven chunks.
+        assert_eq!(chunks.len(), 10, "{text}");
+        for (i, opening) in chunks[..3].iter().enumerate() {
+            let choice = &opening["choices"][0];
+            assert_eq!(
+                (&choice["index"], &choice["delta"]["role"]),
+                (&i.into(), &"assistant".into())
+            );
+        }
+        // The upstream's role is the openings' to say; the rest of its element passes.
+        let roles = (chunks[3..].iter()).filter(|c| c["choices"][0]["delta"]["role"].is_string());
+        assert_eq!(roles.count(), 0, "{text}");
+        assert_eq!(chunks[3]["choices"][0]["x"][0], 1, "{text}");
         assert_eq!(texts_of(&chunks, 3), ["a1a2a3", "b1b2b3", "c1"], "{text}");
-        assert_eq!(chunks[3]["choices"].as_array().unwrap().len(), 2, "{text}");
-        assert_eq!(chunks[3]["choices"][0]["index"], 0);
+        assert_eq!(chunks[6]["choices"].as_array().unwrap().len(), 2, "{text}");
+        assert_eq!(chunks[6]["choices"][0]["index"], 0);
         assert_eq!(relay.after_finish(), 2);
         assert!(relay.finished() && relay.closed());
         assert_eq!(
@@ -1035,7 +1098,7 @@ mod tests {
         ]
         .concat();
         let (text, relay) = relayed_n(2, &[up.as_bytes()], Some(4));
-        let chunks = data(&text);
+        let chunks = &data(&text)[2..];
         // The bound's finish is written after the chunk that passed it; choice 0's next
         // element is left out, and with both choices closed the upstream is let go.
         assert_eq!(chunks.len(), 4, "{text}");
@@ -1083,7 +1146,7 @@ mod tests {
         // A choice index past those asked fails the stream there.
         let up = chunk(&[element(0, "a", None), element(3, "d", None)]);
         let (text, mut relay) = relayed_n(2, &[up.as_bytes()], None);
-        assert!(data(&text).is_empty(), "{text}");
+        assert_eq!(data(&text).len(), 2, "the openings alone: {text}");
         let (ends, answer) = relay.end(None, Tail::default(), &mut Vec::new());
         assert!(
             ends[0].why().unwrap().contains("past the 2 choices"),
