@@ -100,7 +100,8 @@ pub(crate) fn respond(finish: Finish, relayed: Relayed) -> Response {
         |text: &str| choicewise_usage::count_text(choicewise_usage::DEFAULT_ENCODING, text);
     let bound = (opener.bound).map(|max| choicewise_core::input::TokenBound::new(max, tokens));
     let max_event = choicewise_core::defaults::DEFAULT_MAX_EVENT_SIZE;
-    let relay = ChatRelay::new(&envelope, samples.len(), asked, bound, max_event);
+    let sizes = (max_event, route.max_answer_bytes);
+    let relay = ChatRelay::new(&envelope, samples.len(), asked, bound, sizes);
     let include_usage = asked.1;
     let encoding = route.encoding;
     let idle = route.idle_timeout;

@@ -119,6 +119,9 @@ struct State {
     /// element's bytes are at least its texts', each token at least a byte), 0 without a
     /// bound.
     room: u64,
+    /// The most bytes of elements a choice may send (`max_answer_bytes`): past it, it
+    /// fails alone, as the general path's `max_choice_bytes` fails it.
+    max_choice_bytes: usize,
     /// The choices finished so far (the order of their finishes).
     finished: u64,
     /// The choices closed so far: finished, or failed alone.
@@ -154,6 +157,8 @@ enum Kept {
 
 /// What the relay keeps of one choice.
 struct Lane {
+    /// Bytes of its elements so far.
+    bytes: usize,
     /// Its output against its bound of tokens, if it has one (the general path's count).
     bound: Option<TokenCount>,
     /// Its elements' texts are counted against the bound as they come: their bytes passed
@@ -177,13 +182,13 @@ struct Lane {
 impl ChatRelay {
     /// The relay of a stream of `n` choices answered under `envelope`; `logprobs` and
     /// `include_usage` as the client asked; `bound`: the most tokens each choice's output
-    /// may take.
+    /// may take; `max_choice_bytes`: the most bytes of elements each may send.
     pub(crate) fn new(
         envelope: &Envelope,
         n: usize,
         (logprobs, include_usage): (bool, bool),
         bound: Option<TokenBound>,
-        max_event_size: usize,
+        (max_event_size, max_choice_bytes): (usize, usize),
     ) -> ChatRelay {
         let n = n.max(1);
         let mut framing = ChatFraming::new(envelope, n, &envelope.model, (logprobs, include_usage));
@@ -199,6 +204,7 @@ impl ChatRelay {
         }
         let json = |s: &str| serde_json::to_vec(s).unwrap_or_default();
         let lane = || Lane {
+            bytes: 0,
             bound: bound.map(TokenCount::new),
             counting: false,
             texts: String::new(),
@@ -218,6 +224,7 @@ impl ChatRelay {
                 created: envelope.created.to_string().into_bytes(),
                 lanes: (0..n).map(|_| lane()).collect(),
                 room: bound.map_or(0, |b| b.max),
+                max_choice_bytes,
                 finished: 0,
                 closed: 0,
                 reported: None,
@@ -481,7 +488,25 @@ impl State {
                 continue;
             }
             let element = &data[choice.range.clone()];
-            match lane.element(element, choice.finishes, self.room) {
+            lane.bytes = lane.bytes.saturating_add(element.len());
+            let result = match lane.bytes > self.max_choice_bytes {
+                // Past its bytes: it fails alone, its element left out.
+                true => Err(ErrorDetail::ChoiceTooLarge {
+                    choice: i as u32,
+                    limit: self.max_choice_bytes,
+                    line,
+                    offset: self.offset,
+                }),
+                false => lane
+                    .element(element, choice.finishes, self.room)
+                    .map_err(|e| ErrorDetail::InvalidUpdate {
+                        choice: i as u32,
+                        line,
+                        offset: self.offset,
+                        message: e.to_string(),
+                    }),
+            };
+            match result {
                 Ok(passes) => {
                     let without_role = (self.strip_roles && element.contains("\"role\""))
                         .then(|| without_role(element))
@@ -495,14 +520,7 @@ impl State {
                     }
                 }
                 // Only that choice fails, as on the general path: its element is left out.
-                Err(e) => {
-                    lane.failure = Some(Error::from(ErrorDetail::InvalidUpdate {
-                        choice: i as u32,
-                        line,
-                        offset: self.offset,
-                        message: e.to_string(),
-                    }));
-                }
+                Err(detail) => lane.failure = Some(Error::from(detail)),
             }
             let lane = &mut self.lanes[i];
             if lane.closed() {
@@ -748,8 +766,19 @@ mod tests {
 
     /// [`relayed`] of `n` choices.
     fn relayed_n(n: usize, reads: &[&[u8]], bound: Option<u64>) -> (String, ChatRelay) {
+        relayed_within(n, reads, bound, usize::MAX)
+    }
+
+    /// [`relayed_n`], each choice's elements within `max_choice_bytes`.
+    fn relayed_within(
+        n: usize,
+        reads: &[&[u8]],
+        bound: Option<u64>,
+        max_choice_bytes: usize,
+    ) -> (String, ChatRelay) {
         let bound = bound.map(|max| TokenBound::new(max, words));
-        let mut relay = ChatRelay::new(&envelope(), n, (false, false), bound, 1 << 20);
+        let sizes = (1 << 20, max_choice_bytes);
+        let mut relay = ChatRelay::new(&envelope(), n, (false, false), bound, sizes);
         let mut write = relay.take_openings();
         for read in reads {
             if relay.feed(read, &mut write) != Fed::More {
@@ -1129,6 +1158,29 @@ mod tests {
             tail.contains("\"index\":1") && tail.contains("\"finish_reason\":\"error\""),
             "{tail}"
         );
+        // A choice past its bytes fails alone, as the general path's `max_choice_bytes`.
+        let long = "x".repeat(100);
+        let up = [
+            chunk(&[element(0, &long, None), element(1, "b", None)]),
+            chunk(&[element(0, &long, None), element(1, "c", Some("stop"))]),
+            chunk(&[element(0, "late", Some("stop"))]),
+        ]
+        .concat();
+        let (text, mut relay) = relayed_within(2, &[up.as_bytes()], None, 200);
+        let chunks = data(&text);
+        assert_eq!(
+            texts_of(&chunks, 2),
+            [long.clone(), "bc".to_string()],
+            "{text}"
+        );
+        let (ends, answer) = relay.end(None, Tail::default(), &mut Vec::new());
+        assert!(
+            ends[0].why().unwrap().contains("max_choice_bytes"),
+            "{}",
+            ends[0]
+        );
+        assert_eq!(ends[1], OutputEnd::Finished("stop".into()));
+        assert!(answer.failure().is_none());
     }
 
     #[test]
