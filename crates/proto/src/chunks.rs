@@ -24,7 +24,7 @@
 
 use std::sync::Arc;
 
-pub use crate::relay::{ChoiceFacts, ChunkFacts, ChunkScanner};
+pub use crate::relay::{ChoiceFacts, ChunkFacts, ChunkScanner, element_text};
 use crate::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};

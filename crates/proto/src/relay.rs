@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use crate::scan::{Head, Scanned, scan};
+use crate::scan::{Head, Scanned, choice_text, scan};
 
 pub use crate::scan::ScannedChoice as ChoiceFacts;
 
@@ -123,6 +123,45 @@ impl ChunkScanner {
     }
 }
 
+/// The sole text of a choice's element (braces included), as most elements of a stream
+/// carry one: when its `delta` is an object of one member whose value is a string, that
+/// member's key and the string's contents as they came (its quotes left out, its escapes
+/// kept); `None` for any other element, or one the scan cannot vouch for. The element's
+/// other members are walked, not checked: a parser says whether it is valid.
+///
+/// ```
+/// use choicewise_proto::chunks::element_text;
+/// let element = r#"{"index":0,"delta":{"content":"Say \"hi\""},"finish_reason":null}"#;
+/// assert_eq!(element_text(element), Some(("content", r#"Say \"hi\""#)));
+/// let two = r#"{"index":0,"delta":{"role":"assistant","content":""}}"#;
+/// assert_eq!(element_text(two), None);
+/// ```
+pub fn element_text(element: &str) -> Option<(&str, &str)> {
+    let b = element.as_bytes();
+    let contents = choice_text(b)?;
+    // Back from the string's opening quote: `"key"`, then `:`, each maybe after spaces. The
+    // scan took the key only without escapes, so its opening quote is the quote before.
+    let mut p = contents.start.checked_sub(1)?;
+    let back = |mut p: usize| {
+        while p > 0 && b[p - 1].is_ascii_whitespace() {
+            p -= 1;
+        }
+        p
+    };
+    p = back(p);
+    if b.get(p.checked_sub(1)?) != Some(&b':') {
+        return None;
+    }
+    p = back(p - 1);
+    let close = p.checked_sub(1)?;
+    if b.get(close) != Some(&b'"') {
+        return None;
+    }
+    let open = memchr::memrchr(b'"', &b[..close])?;
+    let key = element.get(open + 1..close)?;
+    Some((key, element.get(contents)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +242,39 @@ mod tests {
             let model = &data[facts.model().unwrap()];
             assert!(model == "\"m\"" || model == "\"mm\"", "{data}: {model}");
             assert_eq!(model.len(), if data == plain { 3 } else { 4 });
+        }
+    }
+
+    #[test]
+    fn an_elements_sole_text_is_found_with_its_key() {
+        let cases = [
+            (
+                r#"{"index":0,"delta":{"content":"Hi"},"finish_reason":null}"#,
+                Some(("content", "Hi")),
+            ),
+            (
+                r#"{ "delta" : { "refusal" : "No \u0021" } , "index":1}"#,
+                Some(("refusal", "No \\u0021")),
+            ),
+            (
+                r#"{"index":0,"delta":{"role":"assistant"}}"#,
+                Some(("role", "assistant")),
+            ),
+            (
+                r#"{"index":0,"delta":{"content":""}}"#,
+                Some(("content", "")),
+            ),
+            (r#"{"index":0,"delta":{"content":null}}"#, None),
+            (
+                r#"{"index":0,"delta":{"content":"a","refusal":null}}"#,
+                None,
+            ),
+            (r#"{"index":0,"delta":{"c\u006fntent":"a"}}"#, None),
+            (r#"{"index":0,"delta":{}}"#, None),
+            (r#"{"index":0}"#, None),
+        ];
+        for (element, want) in cases {
+            assert_eq!(element_text(element), want, "{element}");
         }
     }
 }

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::ops::{ControlFlow, Range};
 
 use choicewise_core::chunks::Envelope;
-use choicewise_core::chunks::{ChunkFacts, ChunkScanner};
+use choicewise_core::chunks::{ChunkFacts, ChunkScanner, element_text};
 use choicewise_core::input::{TokenBound, TokenCount};
 use choicewise_core::{ChoiceEvent, Error, ErrorDetail, UpstreamError};
 use choicewise_sse::Framer;
@@ -170,6 +170,8 @@ struct Lane {
     /// elements as they came, one after the other: their texts are read only if needed
     /// (the bound, or the upstream reporting no usage: its estimate).
     elements: Vec<u8>,
+    /// Where each element kept in [`Lane::elements`] ends.
+    ends: Vec<usize>,
     finish: Option<String>,
     /// Its place among the choices' finishes.
     place: Option<u64>,
@@ -209,6 +211,7 @@ impl ChatRelay {
             counting: false,
             texts: String::new(),
             elements: Vec::new(),
+            ends: Vec::new(),
             finish: None,
             place: None,
             at_bound: false,
@@ -350,7 +353,7 @@ impl ChatRelay {
             return "";
         };
         // Read as far as they parse: an element that does not is the client's as it came.
-        let _ = lane.take_elements();
+        let _ = lane.take_elements(Reading::Texts);
         &lane.texts
     }
 
@@ -648,6 +651,7 @@ impl Lane {
                 self.elements.reserve(ELEMENTS_ROOM);
             }
             self.elements.extend_from_slice(element.as_bytes());
+            self.ends.push(self.elements.len());
             if !finishes {
                 return Ok(false);
             }
@@ -669,15 +673,35 @@ impl Lane {
             return Ok(false);
         }
         self.counting = true;
-        self.take_elements().map(|()| true)
+        self.take_elements(Reading::Checked).map(|()| true)
     }
 
     /// Takes the texts of the elements kept so far, up to the first that is not a choice
-    /// (its error).
-    fn take_elements(&mut self) -> serde_json::Result<()> {
+    /// (its error). Read for their texts alone, an element whose `delta` is one string
+    /// ([`element_text`]) without escapes is taken as it is, unparsed.
+    fn take_elements(&mut self, reading: Reading) -> serde_json::Result<()> {
         let elements = std::mem::take(&mut self.elements);
-        for choice in serde_json::Deserializer::from_slice(&elements).into_iter::<Choice>() {
-            self.take(&choice?);
+        let ends = std::mem::take(&mut self.ends);
+        let mut start = 0;
+        for end in ends {
+            let element = elements.get(start..end).unwrap_or_default();
+            start = end;
+            if reading == Reading::Texts
+                && let Ok(element) = std::str::from_utf8(element)
+                && let Some((key, contents)) = element_text(element)
+                && !contents.bytes().any(|b| b == b'\\' || b < 0x20)
+            {
+                match key {
+                    "content" | "refusal" | "reasoning_content" | "reasoning" => {
+                        self.texts.push_str(contents);
+                        continue;
+                    }
+                    // An opening: no text.
+                    "role" => continue,
+                    _ => {}
+                }
+            }
+            self.take(&serde_json::from_slice::<Choice>(element)?);
         }
         Ok(())
     }
@@ -712,6 +736,15 @@ impl Lane {
         let texts = &self.texts;
         (self.bound.as_mut()).is_some_and(|bound| bound.passes(|| texts.as_str()))
     }
+}
+
+/// How the elements kept unparsed are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// Each parsed, as its bound counts it: one that is not a choice's update fails it.
+    Checked,
+    /// For their texts, as far as they go (an estimate, or a share's weight).
+    Texts,
 }
 
 /// A choice's element written again without its delta's `role`, if it had one (and is a
@@ -1206,5 +1239,45 @@ mod tests {
             ends[0]
         );
         assert!(answer.failure().is_some());
+    }
+
+    #[test]
+    fn texts_read_unparsed_are_those_a_parse_reads() {
+        // Sole texts with and without escapes, an opening, several members, a call.
+        let elements = [
+            r#"{"index":0,"delta":{"role":"assistant"},"finish_reason":null}"#,
+            r#"{"index":0,"delta":{"content":"plain "},"finish_reason":null}"#,
+            r#"{"index":0,"delta":{"content":"\"quoted\" \u00e9 "},"finish_reason":null}"#,
+            r#"{"index":0,"delta":{"reasoning_content":"think "},"finish_reason":null}"#,
+            r#"{"index":0,"delta":{"refusal":"no "}}"#,
+            r#"{"index":0,"delta":{"content":"a","reasoning":"b "}}"#,
+            r#"{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}"#,
+            r#"{"index":0,"delta":{"other":"not text"}}"#,
+        ];
+        let up: String = (elements.iter())
+            .map(|e| format!("data: {{\"choices\":[{e}]}}\n\n"))
+            .collect();
+        let mut parsed = String::new();
+        for element in elements {
+            let choice: Choice = serde_json::from_str(element).unwrap();
+            let mut lane =
+                ChatRelay::new(&envelope(), 1, (false, false), None, (1 << 20, usize::MAX))
+                    .state
+                    .lanes
+                    .remove(0);
+            lane.take(&choice);
+            parsed.push_str(&lane.texts);
+        }
+        assert_eq!(parsed, "plain \"quoted\" é think no ab {}");
+        let (_, mut relay) = relayed(&[up.as_bytes()], None);
+        assert_eq!(relay.texts(0), parsed);
+        // An element that is not a choice's ends the texts there, as a parse would.
+        let wrong = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":5}}]}\n\n";
+        let up = format!(
+            "{}{wrong}{}",
+            &up, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"late\"}}]}\n\n"
+        );
+        let (_, mut relay) = relayed(&[up.as_bytes()], None);
+        assert_eq!(relay.texts(0), parsed);
     }
 }
