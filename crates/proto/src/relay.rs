@@ -46,6 +46,22 @@ impl ChunkFacts {
     pub fn choices(&self) -> &[ChoiceFacts] {
         &self.scanned.choices
     }
+
+    /// Of a chunk of one choice whose `delta` is an object of one member, a string (as most
+    /// of a stream's are): that member's key and the string's contents as they came in
+    /// `data` (the chunk scanned), as [`element_text`] reads them, found by the scan.
+    ///
+    /// ```
+    /// use choicewise_proto::chunks::ChunkScanner;
+    /// let mut scanner = ChunkScanner::new();
+    /// let data = r#"{"id":"c1","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#;
+    /// let facts = scanner.scan(data).unwrap();
+    /// assert_eq!(facts.sole_text(data), Some(("content", "Hi")));
+    /// ```
+    pub fn sole_text<'a>(&self, data: &'a str) -> Option<(&'a str, &'a str)> {
+        let contents = self.scanned.text.clone()?;
+        Some((member_key(data, contents.start)?, data.get(contents)?))
+    }
 }
 
 /// Scans the chunks of one stream for their facts ([`ChunkFacts`]). The chunks of a stream
@@ -137,11 +153,17 @@ impl ChunkScanner {
 /// assert_eq!(element_text(two), None);
 /// ```
 pub fn element_text(element: &str) -> Option<(&str, &str)> {
-    let b = element.as_bytes();
-    let contents = choice_text(b)?;
+    let contents = choice_text(element.as_bytes())?;
+    Some((member_key(element, contents.start)?, element.get(contents)?))
+}
+
+/// The key of the member whose string's contents start at `start` in `data`, a member the
+/// scan found (its key without escapes).
+fn member_key(data: &str, start: usize) -> Option<&str> {
+    let b = data.as_bytes();
     // Back from the string's opening quote: `"key"`, then `:`, each maybe after spaces. The
     // scan took the key only without escapes, so its opening quote is the quote before.
-    let mut p = contents.start.checked_sub(1)?;
+    let mut p = start.checked_sub(1)?;
     let back = |mut p: usize| {
         while p > 0 && b[p - 1].is_ascii_whitespace() {
             p -= 1;
@@ -158,8 +180,7 @@ pub fn element_text(element: &str) -> Option<(&str, &str)> {
         return None;
     }
     let open = memchr::memrchr(b'"', &b[..close])?;
-    let key = element.get(open + 1..close)?;
-    Some((key, element.get(contents)?))
+    data.get(open + 1..close)
 }
 
 #[cfg(test)]
@@ -275,6 +296,39 @@ mod tests {
         ];
         for (element, want) in cases {
             assert_eq!(element_text(element), want, "{element}");
+        }
+    }
+
+    #[test]
+    fn a_chunks_sole_text_is_found_in_every_chunk_templated_or_not() {
+        let chunk = |key: &str, text: &str| {
+            format!(
+                r#"{{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{{"index":0,"delta":{{"{key}":"{text}"}},"finish_reason":null}}],"obfuscation":"ab"}}"#
+            )
+        };
+        let mut scanner = ChunkScanner::new();
+        let texts = ["Hi", "", " there", r#"\"q\""#, "longer text here", "x"];
+        // Repeated chunks are filled from a template after the first few: each says its own.
+        for round in 0..3 {
+            for (k, text) in texts.iter().enumerate() {
+                let key = if (k + round) % 4 == 0 {
+                    "refusal"
+                } else {
+                    "content"
+                };
+                let data = chunk(key, text);
+                let facts = scanner.scan(&data).unwrap();
+                assert_eq!(facts.sole_text(&data), Some((key, *text)), "{data}");
+            }
+        }
+        // Two members, two choices, none: no sole text.
+        for data in [
+            r#"{"id":"c1","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+            r#"{"id":"c1","choices":[{"index":0,"delta":{"content":"a"}},{"index":1,"delta":{"content":"b"}}]}"#,
+            r#"{"id":"c1","choices":[]}"#,
+        ] {
+            let facts = scanner.scan(data).unwrap();
+            assert_eq!(facts.sole_text(data), None, "{data}");
         }
     }
 }

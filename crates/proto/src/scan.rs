@@ -32,6 +32,9 @@ pub(crate) struct Scanned {
     pub prompt_filter_results: Option<Range<usize>>,
     pub error: Option<Range<usize>>,
     pub choices: Vec<ScannedChoice>,
+    /// When the chunk has one choice whose `delta` is an object of one member, a string:
+    /// that string's contents (see [`Varying::text`]).
+    pub text: Option<Range<usize>>,
 }
 
 /// The parts of a chunk that the next chunks vary, most of a stream: a [`Template`]'s
@@ -204,6 +207,7 @@ pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>, head: &mut Head) -> Op
         }
         let mut varying = Varying::default();
         from_choices(b, &mut out, head, &mut varying)?;
+        out.text.clone_from(&varying.text);
         if varying.text.is_some() {
             head.templates
                 .get_or_insert_default()
@@ -219,7 +223,9 @@ pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>, head: &mut Head) -> Op
     if b.get(p) == Some(&b'}') {
         return (ws(b, p + 1) == b.len()).then_some(out);
     }
-    members(b, p, &mut out, 0, Some(head), &mut Varying::default())?;
+    let mut varying = Varying::default();
+    members(b, p, &mut out, 0, Some(head), &mut varying)?;
+    out.text = varying.text;
     Some(out)
 }
 

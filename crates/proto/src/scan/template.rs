@@ -155,6 +155,7 @@ impl Template {
             at(r.start)..at(r.end)
         };
         fields(out, t, moved);
+        out.text = Some(text.start..close);
         out.choices.extend(t.choices.iter().map(|c| ScannedChoice {
             range: moved(&c.range),
             ..c.clone()

@@ -468,6 +468,8 @@ impl State {
             self.reported = Some(Reported { prompt, completion });
         }
         let n = self.lanes.len();
+        // The text of a chunk of one choice whose delta is one string, found by the scan.
+        let sole = facts.sole_text(data);
         // The choices past their bound in this chunk, finished once it is written.
         let mut passed: Vec<usize> = Vec::new();
         self.kept.clear();
@@ -501,7 +503,7 @@ impl State {
                     offset: self.offset,
                 }),
                 false => lane
-                    .element(element, choice.finishes, self.room)
+                    .element(element, choice.finishes, self.room, sole)
                     .map_err(|e| ErrorDetail::InvalidUpdate {
                         choice: i as u32,
                         line,
@@ -637,7 +639,32 @@ impl Lane {
     /// and parsed only for its finish until its texts are counted against its bound
     /// (without one, to the end; later, for its texts if they are needed): whether it
     /// passes its bound now; an error if it is not a choice's update.
-    fn element(&mut self, element: &str, finishes: bool, room: u64) -> serde_json::Result<bool> {
+    fn element(
+        &mut self,
+        element: &str,
+        finishes: bool,
+        room: u64,
+        sole: Option<(&str, &str)>,
+    ) -> serde_json::Result<bool> {
+        // Without a bound, an element is read only for its texts, at the end: one whose
+        // text the scan found is taken now, unkept, while none is kept before it (the
+        // texts stay in order, and a kept one that does not parse ends them there).
+        if self.bound.is_none()
+            && self.elements.is_empty()
+            && !finishes
+            && let Some((key, contents)) = sole
+            && plain(contents)
+        {
+            match key {
+                "content" | "refusal" | "reasoning_content" | "reasoning" => {
+                    self.texts.push_str(contents);
+                    return Ok(false);
+                }
+                // An opening: no text.
+                "role" => return Ok(false),
+                _ => {}
+            }
+        }
         let counted = match self.bound.is_some() && !self.counting {
             // An element kept unparsed that is not a choice fails it once the texts are
             // counted, rather than let it pass its bound uncounted.
@@ -689,7 +716,7 @@ impl Lane {
             if reading == Reading::Texts
                 && let Ok(element) = std::str::from_utf8(element)
                 && let Some((key, contents)) = element_text(element)
-                && !contents.bytes().any(|b| b == b'\\' || b < 0x20)
+                && plain(contents)
             {
                 match key {
                     "content" | "refusal" | "reasoning_content" | "reasoning" => {
@@ -736,6 +763,12 @@ impl Lane {
         let texts = &self.texts;
         (self.bound.as_mut()).is_some_and(|bound| bound.passes(|| texts.as_str()))
     }
+}
+
+/// Whether a string's contents are its text as they are: no escape, no control character
+/// (which a parse would refuse).
+fn plain(contents: &str) -> bool {
+    !contents.bytes().any(|b| b == b'\\' || b < 0x20)
 }
 
 /// How the elements kept unparsed are read.
