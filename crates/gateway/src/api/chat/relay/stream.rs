@@ -468,8 +468,12 @@ impl State {
             self.reported = Some(Reported { prompt, completion });
         }
         let n = self.lanes.len();
-        // The text of a chunk of one choice whose delta is one string, found by the scan.
-        let sole = facts.sole_text(data);
+        // Several choices' texts are always read (their shares of the usage, or their
+        // estimates): each as it comes, the text of a chunk of one choice whose delta is
+        // one string as the scan found it. One choice's are read only if its upstream
+        // reports no usage: at the end.
+        let eager = n > 1;
+        let sole = eager.then(|| facts.sole_text(data)).flatten();
         // The choices past their bound in this chunk, finished once it is written.
         let mut passed: Vec<usize> = Vec::new();
         self.kept.clear();
@@ -503,7 +507,7 @@ impl State {
                     offset: self.offset,
                 }),
                 false => lane
-                    .element(element, choice.finishes, self.room, sole)
+                    .element(element, choice.finishes, self.room, (eager, sole))
                     .map_err(|e| ErrorDetail::InvalidUpdate {
                         choice: i as u32,
                         line,
@@ -644,25 +648,33 @@ impl Lane {
         element: &str,
         finishes: bool,
         room: u64,
-        sole: Option<(&str, &str)>,
+        (eager, sole): (bool, Option<(&str, &str)>),
     ) -> serde_json::Result<bool> {
-        // Without a bound, an element is read only for its texts, at the end: one whose
-        // text the scan found is taken now, unkept, while none is kept before it (the
-        // texts stay in order, and a kept one that does not parse ends them there).
-        if self.bound.is_none()
-            && self.elements.is_empty()
-            && !finishes
-            && let Some((key, contents)) = sole
-            && plain(contents)
-        {
-            match key {
-                "content" | "refusal" | "reasoning_content" | "reasoning" => {
-                    self.texts.push_str(contents);
-                    return Ok(false);
+        // Without a bound, an element is read only for its texts. Read `eager`ly, its text
+        // is taken now, unkept (the one the scan found, else a parse's), while none is
+        // kept before it: the texts stay in order, and one that does not parse is kept,
+        // as are those after it, so that the texts end there as at the end.
+        if eager && self.bound.is_none() && self.elements.is_empty() {
+            if !finishes
+                && let Some((key, contents)) = sole
+                && plain(contents)
+            {
+                match key {
+                    "content" | "refusal" | "reasoning_content" | "reasoning" => {
+                        self.texts.push_str(contents);
+                        return Ok(false);
+                    }
+                    // An opening: no text.
+                    "role" => return Ok(false),
+                    _ => {}
                 }
-                // An opening: no text.
-                "role" => return Ok(false),
-                _ => {}
+            }
+            if let Ok(choice) = serde_json::from_str::<Choice>(element) {
+                self.take(&choice);
+                if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+                    self.finish = Some(reason.into_owned());
+                }
+                return Ok(false);
             }
         }
         let counted = match self.bound.is_some() && !self.counting {
@@ -1304,6 +1316,9 @@ mod tests {
         assert_eq!(parsed, "plain \"quoted\" é think no ab {}");
         let (_, mut relay) = relayed(&[up.as_bytes()], None);
         assert_eq!(relay.texts(0), parsed);
+        // Of several choices, read as they come: the same.
+        let (_, mut relay) = relayed_n(2, &[up.as_bytes()], None);
+        assert_eq!(relay.texts(0), parsed);
         // An element that is not a choice's ends the texts there, as a parse would.
         let wrong = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":5}}]}\n\n";
         let up = format!(
@@ -1311,6 +1326,8 @@ mod tests {
             &up, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"late\"}}]}\n\n"
         );
         let (_, mut relay) = relayed(&[up.as_bytes()], None);
+        assert_eq!(relay.texts(0), parsed);
+        let (_, mut relay) = relayed_n(2, &[up.as_bytes()], None);
         assert_eq!(relay.texts(0), parsed);
     }
 }
