@@ -22,8 +22,8 @@
 # ROUNDS (default 3), HARNESS (default target/release/choicewise-bench), CONNECTIONS (50).
 # The upstream reports its usage when asked, as model servers do; NO_USAGE=1 makes it report
 # none, so that the gateway counts every request's tokens itself (its estimate). N (default 1)
-# is the request's `n`: one choice is the pass-through path (docs/gateway.md), N=3 the general
-# path (native `n`, no pick).
+# is the request's `n`: one choice is the pass-through path (docs/gateway.md); N=3 a native
+# `n` with no pick, relayed too since f27fab8 (before it, the general path's figure).
 set -euo pipefail
 
 bin=${1:?usage: $0 CHOICEWISE_BINARY}

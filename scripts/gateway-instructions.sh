@@ -19,7 +19,8 @@
 #   scripts/gateway-instructions.sh target/release/choicewise
 #   LIMITS=memory scripts/gateway-instructions.sh target/release/choicewise
 #
-# N is the request's `n` (default 1, the pass-through path; N=3 the general path, docs/gateway.md):
+# N is the request's `n` (default 1, the pass-through path; N=3 a native `n`, relayed too
+# since f27fab8, docs/gateway.md):
 #
 #   N=3 scripts/gateway-instructions.sh target/release/choicewise
 #
