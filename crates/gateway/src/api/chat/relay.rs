@@ -2,9 +2,10 @@
 //! whose every upstream (its fallbacks' too) speaks Chat Completions, and whose samples go
 //! in one upstream request (one choice, or a native `n`), is answered with its upstream's
 //! own chunks as they come ([`stream::ChatRelay`]), scanned rather than parsed into choices
-//! and written again: no choice actors, no events, no framing of each update. What the record, the limits and the metrics read is still read (the finish, the
-//! usage, an error, the output's tokens against its bound), and the request opens, fails
-//! and is recorded as on the general path (docs/gateway.md, "The pass-through path").
+//! and written again: no choice actors, no events, no framing of each update. What the
+//! record, the limits and the metrics read is still read (each choice's finish, the usage,
+//! an error, each output's tokens against its bound), and the request opens, fails and is
+//! recorded as on the general path (docs/gateway.md, "The pass-through path").
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,10 +1,10 @@
 //! A relayed Chat Completions stream, as data ([`ChatRelay`]): each upstream chunk scanned
 //! ([`chunk_facts`]) and passed on as it came, its `id`, `model` and `created` the
-//! answer's own; of each choice only what the record and the limits read is parsed (its
-//! texts, its finish), of the chunk its usage and its error. What the gateway adds (a
-//! finish at the bound of tokens, a failure, the usage with its `choicewise` parts, the
-//! tries' summary, `[DONE]`) is written by the Chat framing the general path writes with, so that an
-//! ending reads the same on both paths.
+//! answer's own; of each choice (by its `index`) only what the record and the limits read
+//! is parsed (its texts, its finish), of the chunk its usage and its error. What the
+//! gateway adds (several choices' openings, a finish at the bound of tokens, a failure, the
+//! usage with its `choicewise` parts, the tries' summary, `[DONE]`) is written by the Chat
+//! framing the general path writes with, so that an answer reads the same on both paths.
 
 use std::borrow::Cow;
 use std::ops::{ControlFlow, Range};
