@@ -597,7 +597,13 @@ impl State {
             (facts.created(), With::Bytes(&self.created)),
             (elements, With::Elements(&self.kept)),
         ];
-        spans.sort_by_key(|(range, _)| range.as_ref().map_or(0, |r| r.start));
+        // Most chunks have them in this order already (their head repeats).
+        let start = |(range, _): &(Option<Range<usize>>, With)| {
+            range.as_ref().map_or(usize::MAX, |r| r.start)
+        };
+        if !spans.is_sorted_by_key(start) {
+            spans.sort_by_key(start);
+        }
         let spans = spans.into_iter().filter_map(|(r, with)| Some((r?, with)));
         write.reserve(data.len() + 64);
         write.extend_from_slice(b"data: ");
@@ -655,19 +661,9 @@ impl Lane {
         // kept before it: the texts stay in order, and one that does not parse is kept,
         // as are those after it, so that the texts end there as at the end.
         if eager && self.bound.is_none() && self.elements.is_empty() {
-            if !finishes
-                && let Some((key, contents)) = sole
-                && plain(contents)
-            {
-                match key {
-                    "content" | "refusal" | "reasoning_content" | "reasoning" => {
-                        self.texts.push_str(contents);
-                        return Ok(false);
-                    }
-                    // An opening: no text.
-                    "role" => return Ok(false),
-                    _ => {}
-                }
+            if !finishes && let Some(piece) = sole.and_then(sole_piece) {
+                self.texts.push_str(piece);
+                return Ok(false);
             }
             if let Ok(choice) = serde_json::from_str::<Choice>(element) {
                 self.take(&choice);
@@ -727,18 +723,10 @@ impl Lane {
             start = end;
             if reading == Reading::Texts
                 && let Ok(element) = std::str::from_utf8(element)
-                && let Some((key, contents)) = element_text(element)
-                && plain(contents)
+                && let Some(piece) = element_text(element).and_then(sole_piece)
             {
-                match key {
-                    "content" | "refusal" | "reasoning_content" | "reasoning" => {
-                        self.texts.push_str(contents);
-                        continue;
-                    }
-                    // An opening: no text.
-                    "role" => continue,
-                    _ => {}
-                }
+                self.texts.push_str(piece);
+                continue;
             }
             self.take(&serde_json::from_slice::<Choice>(element)?);
         }
@@ -777,10 +765,19 @@ impl Lane {
     }
 }
 
-/// Whether a string's contents are its text as they are: no escape, no control character
-/// (which a parse would refuse).
-fn plain(contents: &str) -> bool {
-    !contents.bytes().any(|b| b == b'\\' || b < 0x20)
+/// What a delta's sole string member (its key and contents, as they came) adds to the
+/// output's texts, as [`Lane::take`] would take it: its contents for a text, nothing for an
+/// opening (`role`); `None` when a parse must say (another key, or contents with an escape
+/// or a control character, which a parse reads or refuses).
+fn sole_piece<'a>((key, contents): (&str, &'a str)) -> Option<&'a str> {
+    if contents.bytes().any(|b| b == b'\\' || b < 0x20) {
+        return None;
+    }
+    match key {
+        "content" | "refusal" | "reasoning_content" | "reasoning" => Some(contents),
+        "role" => Some(""),
+        _ => None,
+    }
 }
 
 /// How the elements kept unparsed are read.
