@@ -790,13 +790,71 @@ enum Reading {
 }
 
 /// A choice's element written again without its delta's `role`, if it had one (and is a
-/// JSON object).
+/// JSON object): every other member as it came, in its order (its values' bytes, a
+/// `logprobs` as the upstream wrote it).
 fn without_role(element: &str) -> Option<String> {
-    let mut value: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(element).ok()?;
-    let delta = value.get_mut("delta")?.as_object_mut()?;
-    delta.remove("role")?;
-    serde_json::to_string(&value).ok()
+    let Members(members) = serde_json::from_str(element).ok()?;
+    let mut out = String::with_capacity(element.len());
+    let mut found = false;
+    out.push('{');
+    for (k, (key, value)) in members.iter().enumerate() {
+        if k > 0 {
+            out.push(',');
+        }
+        push_key(&mut out, key);
+        match serde_json::from_str::<Members>(value.get()) {
+            Ok(Members(delta)) if key == "delta" && delta.iter().any(|(k, _)| k == "role") => {
+                found = true;
+                out.push('{');
+                let kept = delta.iter().filter(|(k, _)| k != "role");
+                for (j, (key, value)) in kept.enumerate() {
+                    if j > 0 {
+                        out.push(',');
+                    }
+                    push_key(&mut out, key);
+                    out.push_str(value.get());
+                }
+                out.push('}');
+            }
+            _ => out.push_str(value.get()),
+        }
+    }
+    out.push('}');
+    found.then_some(out)
+}
+
+/// Writes `key` as a JSON object's key, and its colon.
+fn push_key(out: &mut String, key: &str) {
+    out.push_str(&serde_json::to_string(key).unwrap_or_default());
+    out.push(':');
+}
+
+/// A JSON object's members in order, each value's bytes as they came.
+struct Members<'a>(Vec<(String, &'a serde_json::value::RawValue)>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Members<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<Members<'a>, M::Error> {
+                let mut members = Vec::new();
+                while let Some(member) =
+                    map.next_entry::<String, &'de serde_json::value::RawValue>()?
+                {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData))
+    }
 }
 
 /// A chunk the scan could not vouch for, parsed and written again (compact, its keys as
@@ -1153,6 +1211,11 @@ mod tests {
         let roles = (chunks[3..].iter()).filter(|c| c["choices"][0]["delta"]["role"].is_string());
         assert_eq!(roles.count(), 0, "{text}");
         assert_eq!(chunks[3]["choices"][0]["x"][0], 1, "{text}");
+        // The rest of it as it came, in its order.
+        assert!(
+            text.contains(r#"{"index":1,"delta":{"content":"b1"},"finish_reason":null,"x":[1]}"#),
+            "{text}"
+        );
         assert_eq!(texts_of(&chunks, 3), ["a1a2a3", "b1b2b3", "c1"], "{text}");
         assert_eq!(chunks[6]["choices"].as_array().unwrap().len(), 2, "{text}");
         assert_eq!(chunks[6]["choices"][0]["index"], 0);
