@@ -185,6 +185,31 @@ fn native_three(usage: bool) -> String {
     body + "data: [DONE]\n\n"
 }
 
+/// `relaying`, a gateway's TOML, with its records' samples kept in `dir`: each request takes
+/// the general path, which needs the choices whole.
+fn general_path(relaying: &str, dir: &std::path::Path) -> String {
+    format!(
+        "[records]\nurl = \"sqlite://{}\"\nsamples = true\nspool_path = \"{}\"\n{relaying}",
+        dir.join("r.db").display(),
+        dir.join("r.spool").display()
+    )
+}
+
+/// The lines of `/metrics` text that a request's record sets: its tokens, its choices' ends,
+/// its cancelled tokens and (`answers`) its answer's end.
+fn recorded(text: &str, answers: bool) -> std::collections::BTreeSet<String> {
+    let names = [
+        "choicewise_tokens_total",
+        "choicewise_choices_total",
+        "choicewise_cancelled_tokens_total",
+    ];
+    let answer = answers.then_some("choicewise_answers_total");
+    (text.lines())
+        .filter(|l| names.iter().chain(&answer).any(|n| l.starts_with(n)))
+        .map(str::to_string)
+        .collect()
+}
+
 /// Each choice's text and finish in `chunks`, by index.
 fn choices_of(chunks: &[Value]) -> Vec<(String, Value)> {
     let mut choices = vec![(String::new(), Value::Null); 3];
@@ -213,11 +238,7 @@ async fn a_native_n_is_relayed_and_reads_as_the_general_path_reads_it() {
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let relaying = toml(&upstream.base_url());
-        let general = format!(
-            "[records]\nurl = \"sqlite://{}\"\nsamples = true\nspool_path = \"{}\"\n{relaying}",
-            dir.path().join("r.db").display(),
-            dir.path().join("r.spool").display()
-        );
+        let general = general_path(&relaying, dir.path());
         let (relayed_at, _) = serve(&relaying, no_env).await;
         let (general_at, _) = serve(&general, no_env).await;
         let asked = json!({"n": 3, "stream_options": {"include_usage": true}});
@@ -268,18 +289,7 @@ async fn a_native_n_is_relayed_and_reads_as_the_general_path_reads_it() {
             );
         }
         // The record of each reads the same: its tokens, its choices' ends, its answer.
-        let counted = |text: &str| -> std::collections::BTreeSet<String> {
-            let names = [
-                "choicewise_tokens_total",
-                "choicewise_choices_total",
-                "choicewise_answers_total",
-                "choicewise_cancelled_tokens_total",
-            ];
-            (text.lines())
-                .filter(|l| names.iter().any(|n| l.starts_with(n)))
-                .map(str::to_string)
-                .collect()
-        };
+        let counted = |text: &str| recorded(text, true);
         let seen = ["choicewise_tokens_total{model=\"m\""];
         let relayed_record = counted(&metrics_with(relayed_at, &seen).await);
         assert!(relayed_record.len() >= 4, "{relayed_record:?}");
@@ -309,22 +319,8 @@ async fn a_client_gone_from_a_relayed_native_n_is_recorded_as_the_general_path_r
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let relaying = toml(&upstream.base_url());
-    let general = format!(
-        "[records]\nurl = \"sqlite://{}\"\nsamples = true\nspool_path = \"{}\"\n{relaying}",
-        dir.path().join("r.db").display(),
-        dir.path().join("r.spool").display()
-    );
-    let record = |text: &str| -> std::collections::BTreeSet<String> {
-        let names = [
-            "choicewise_tokens_total",
-            "choicewise_choices_total",
-            "choicewise_cancelled_tokens_total",
-        ];
-        (text.lines())
-            .filter(|l| names.iter().any(|n| l.starts_with(n)))
-            .map(str::to_string)
-            .collect()
-    };
+    let general = general_path(&relaying, dir.path());
+    let record = |text: &str| recorded(text, false);
     let mut records = Vec::new();
     for toml in [relaying.clone(), general] {
         let (addr, _) = serve(&toml, no_env).await;
