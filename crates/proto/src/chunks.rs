@@ -6,7 +6,8 @@
 //! straight into a buffer (no JSON tree per event), its keys in sorted order as a
 //! `serde_json::Value` of the same element would write them; an [`Envelope`] holds what every
 //! chunk of one answer repeats (its id, time and model). A relay that passes an upstream's
-//! chunks on reads each one's facts with a [`ChunkScanner`], a scan rather than a parse.
+//! chunks on reads each one's facts with a [`ChunkScanner`], a scan rather than a parse, and
+//! adds up their usages with a [`ReportedUsage`], as the general path adds them up.
 //!
 //! ```
 //! use choicewise_proto::ChoiceEvent;
@@ -25,6 +26,7 @@
 use std::sync::Arc;
 
 pub use crate::relay::{ChoiceFacts, ChunkFacts, ChunkScanner, element_text};
+pub use crate::usage::ReportedUsage;
 use crate::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};

@@ -404,21 +404,8 @@ impl Splitter {
             meta.prompt_filter_results.push(p);
         }
         if let Some(usage) = f.usage.filter(is_usage) {
-            let reported = &mut meta.usage;
-            let mut choices = choices.into_iter();
-            match (choices.next(), choices.next()) {
-                (None, _) => {
-                    let finished = self.slots.iter().filter(|s| s.finished).map(|s| s.index);
-                    self.warnings
-                        .extend(reported.record_usage_only(usage, finished, line));
-                }
-                (Some(one), None) => {
-                    if let Ok(index) = u32::try_from(one.unwrap_or(0)) {
-                        reported.running.insert(index, usage);
-                    }
-                }
-                _ => reported.last_shared = Some(usage),
-            }
+            let finished = self.slots.iter().filter(|s| s.finished).map(|s| s.index);
+            (self.warnings).extend(meta.usage.record(usage, choices, finished, line));
         }
     }
 

@@ -179,6 +179,44 @@ fn number(v: &Value, key: &str) -> u64 {
 }
 
 impl ReportedUsage {
+    /// Records the usage of a chunk whose choices had these `indexes` (`None`: an element
+    /// without one): of none, a usage-only chunk (see
+    /// [`record_usage_only`](Self::record_usage_only)); of one, that choice's running count
+    /// (vLLM's; one not a choice's number is left out); of several, a total they share.
+    /// `finished` lists the choices finished so far; a warning is returned the first time
+    /// the usage-only chunks stop being one per choice.
+    ///
+    /// ```
+    /// use choicewise_proto::chunks::ReportedUsage;
+    /// use serde_json::json;
+    /// // llama.cpp with n = 2: a usage-only chunk after each choice's finish.
+    /// let mut reported = ReportedUsage::default();
+    /// let usage = |c| json!({"prompt_tokens": 7, "completion_tokens": c});
+    /// reported.record(usage(3), [], [1], 4);
+    /// reported.record(usage(5), [], [1, 0], 6);
+    /// assert_eq!(reported.usage().unwrap().completion_tokens, 8);
+    /// assert_eq!(reported.per_choice().into_iter().collect::<Vec<_>>(), [(0, 5), (1, 3)]);
+    /// ```
+    pub fn record(
+        &mut self,
+        usage: Value,
+        indexes: impl IntoIterator<Item = Option<i64>>,
+        finished: impl IntoIterator<Item = u32>,
+        line: u64,
+    ) -> Option<Warning> {
+        let mut indexes = indexes.into_iter();
+        match (indexes.next(), indexes.next()) {
+            (None, _) => return self.record_usage_only(usage, finished, line),
+            (Some(one), None) => {
+                if let Ok(index) = u32::try_from(one.unwrap_or(0)) {
+                    self.running.insert(index, usage);
+                }
+            }
+            _ => self.last_shared = Some(usage),
+        }
+        None
+    }
+
     /// Records a usage-only chunk. `finished` lists the choices finished so far; a warning is
     /// returned the first time the usage-only chunks stop being one per choice.
     pub fn record_usage_only(

@@ -155,10 +155,22 @@ async fn a_relayed_answer_whose_upstream_falls_silent_fails_after_the_idle_timeo
     );
 }
 
+/// How an upstream reports the usage of a native `n`.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Reports {
+    /// Not at all.
+    Nothing,
+    /// One usage for them all, at the end (OpenAI's).
+    Total,
+    /// One usage-only chunk after each choice's finish, each with the whole prompt and
+    /// that choice's output (llama.cpp's).
+    EachChoice,
+}
+
 /// A native `n = 3` answer as such an upstream streams it: the choices interleaved, a
-/// chunk of two, one element after its choice's finish, a vendor's field; then its one
-/// usage for them all, if `usage`.
-fn native_three(usage: bool) -> String {
+/// chunk of two, one element after its choice's finish, a vendor's field; its usage as
+/// it `reports` it.
+fn native_three(reports: Reports) -> String {
     let element = |i: u32, content: &str, finish: &str| {
         format!(
             "{{\"index\":{i},\"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":{finish}}}"
@@ -170,17 +182,31 @@ fn native_three(usage: bool) -> String {
             elements.join(",")
         )
     };
+    let usage = |completion: u32| {
+        format!(
+            "data: {{\"id\":\"up-3\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[],\"usage\":{{\"prompt_tokens\":11,\"completion_tokens\":{completion},\"total_tokens\":{}}}}}\n\n",
+            11 + completion
+        )
+    };
+    // Each choice's usage, if reported apart, after its finish.
+    let own = |completion: u32| match reports {
+        Reports::EachChoice => usage(completion),
+        _ => String::new(),
+    };
     let mut body = [
         chunk(&[element(0, "The answer", "null")]),
         chunk(&[element(2, "Four", "null"), element(1, "It is", "null")]),
         chunk(&[element(1, " four, as two and two make four.", "\"stop\"")]),
+        own(12),
         chunk(&[element(0, " is four", "null"), element(1, " Late.", "null")]),
         chunk(&[element(2, ".", "\"stop\"")]),
+        own(2),
         chunk(&[element(0, ".", "\"stop\"")]),
+        own(5),
     ]
     .concat();
-    if usage {
-        body.push_str("data: {\"id\":\"up-3\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":30,\"total_tokens\":41}}\n\n");
+    if reports == Reports::Total {
+        body.push_str(&usage(30));
     }
     body + "data: [DONE]\n\n"
 }
@@ -230,9 +256,9 @@ fn choices_of(chunks: &[Value]) -> Vec<(String, Value)> {
 /// does the usage, its one total shared among the choices.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_native_n_is_relayed_and_reads_as_the_general_path_reads_it() {
-    for usage in [true, false] {
+    for reports in [Reports::Total, Reports::EachChoice, Reports::Nothing] {
         let upstream = TestServer::builder()
-            .body(native_three(usage))
+            .body(native_three(reports))
             .start()
             .await
             .unwrap();
@@ -277,16 +303,27 @@ async fn a_native_n_is_relayed_and_reads_as_the_general_path_reads_it() {
             .unwrap()
             .clone();
         assert_eq!(parts.len(), 3, "{usage_relayed}");
-        if usage {
-            assert_eq!(usage_relayed["completion_tokens"], 30);
-            let shares: u64 = parts
-                .iter()
-                .map(|p| p["completion_tokens"].as_u64().unwrap())
-                .sum();
-            assert_eq!(
-                shares, 30,
-                "the shares add up to the total: {usage_relayed}"
-            );
+        let figures: Vec<u64> = (parts.iter())
+            .map(|p| p["completion_tokens"].as_u64().unwrap())
+            .collect();
+        match reports {
+            Reports::Total => {
+                assert_eq!(usage_relayed["completion_tokens"], 30);
+                let shares: u64 = figures.iter().sum();
+                assert_eq!(
+                    shares, 30,
+                    "the shares add up to the total: {usage_relayed}"
+                );
+            }
+            // Each choice's own figure, as reported; nothing the gateway's.
+            Reports::EachChoice => {
+                assert_eq!(figures, [5, 12, 2], "{usage_relayed}");
+                assert_eq!(usage_relayed["completion_tokens"], 19);
+                assert_eq!(usage_relayed["prompt_tokens"], 11);
+                assert_eq!(usage_relayed["choicewise"]["estimated"], false);
+                assert!(parts.iter().all(|p| p["estimated"] == false), "{parts:?}");
+            }
+            Reports::Nothing => assert_eq!(usage_relayed["choicewise"]["estimated"], true),
         }
         // The record of each reads the same: its tokens, its choices' ends, its answer.
         let counted = |text: &str| recorded(text, true);
@@ -312,7 +349,7 @@ async fn a_native_n_is_relayed_and_reads_as_the_general_path_reads_it() {
 async fn a_client_gone_from_a_relayed_native_n_is_recorded_as_the_general_path_records_it() {
     // Four chunks, choice 1 finished among them; then the upstream stalls.
     let upstream = TestServer::builder()
-        .body(native_three(false))
+        .body(native_three(Reports::Nothing))
         .stall_after_events(4)
         .start()
         .await

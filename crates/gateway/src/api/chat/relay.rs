@@ -22,7 +22,7 @@ use crate::answer::finish::{Finish, Settled};
 use crate::answer::write::{Tail, sse_response};
 use crate::metrics::{Outcome, SampleEnd, SampleEnded, UpstreamTokens};
 use crate::request::ChatRequest;
-use crate::upstream::engine::{AnswerUsage, ChoiceTokens, Summary, TrySummary, UsageParts};
+use crate::upstream::engine::{AnswerUsage, ChoiceTokens, Summary, TrySummary, UsageParts, share};
 use crate::upstream::open::{Opened, Opener, TryRecord, counted};
 use crate::upstream::pace::bounded;
 
@@ -240,18 +240,20 @@ struct Relaying {
 }
 
 impl Relaying {
-    /// The tokens of the prompt and of each choice's output: the upstream's report (its
-    /// total shared among several choices in proportion to their texts, as the general
-    /// path shares it), else counted as the general path estimates an upstream that
-    /// reports none; off the workers when large.
+    /// The tokens of the prompt and of each choice's output: the upstream's report (each
+    /// choice's own figure where it gave one, the rest of its total shared among the others
+    /// in proportion to their texts, as the general path shares it), else counted as the
+    /// general path estimates an upstream that reports none; off the workers when large.
     async fn tokens(&mut self) -> Tokens {
-        let n = self.relay.choices();
-        match self.relay.reported() {
-            Some(r) if n == 1 => Tokens::reported(r, vec![r.completion]),
-            Some(r) => {
-                let weights = self.counts(choicewise_usage::DEFAULT_ENCODING).await;
-                Tokens::reported(r, crate::upstream::engine::share(r.completion, &weights))
-            }
+        let ToCount {
+            reported,
+            own,
+            which,
+            encoding,
+        } = self.to_count();
+        let counts = self.counts(encoding, &which).await;
+        match reported {
+            Some(r) => Tokens::reported(r, own, &counts),
             None => {
                 let (encoding, fields) = (self.encoding, self.prompt.clone());
                 let count = move || {
@@ -262,7 +264,7 @@ impl Relaying {
                 let prompt = choicewise_core::counting::counted(quick, count)
                     .await
                     .unwrap_or(0);
-                Tokens::estimated(prompt, self.counts(self.encoding).await)
+                Tokens::estimated(prompt, counts)
             }
         }
     }
@@ -271,35 +273,58 @@ impl Relaying {
     /// once when it is small, else left uncounted, as the general path records a client
     /// gone.
     fn tokens_now(&mut self) -> Tokens {
-        let n = self.relay.choices();
-        let texts = self.texts();
-        let count = |encoding| {
-            (texts.iter())
-                .map(|t| choicewise_usage::count_text(encoding, t))
-                .collect::<Vec<u64>>()
-        };
-        match self.relay.reported() {
-            Some(r) if n == 1 => Tokens::reported(r, vec![r.completion]),
-            Some(r) => {
-                let weights = count(choicewise_usage::DEFAULT_ENCODING);
-                Tokens::reported(r, crate::upstream::engine::share(r.completion, &weights))
-            }
-            None => Tokens::estimated(self.prompt_now(), count(self.encoding)),
+        let ToCount {
+            reported,
+            own,
+            which,
+            encoding,
+        } = self.to_count();
+        let counts: Vec<u64> = (which.iter())
+            .map(|&i| choicewise_usage::count_text(encoding, self.relay.texts(i)))
+            .collect();
+        match reported {
+            Some(r) => Tokens::reported(r, own, &counts),
+            None => Tokens::estimated(self.prompt_now(), counts),
         }
     }
 
-    /// Each choice's texts, by index.
-    fn texts(&mut self) -> Vec<String> {
-        (0..self.relay.choices())
-            .map(|i| self.relay.texts(i).to_string())
-            .collect()
+    /// What counting the answer's tokens takes: the upstream's report, each choice's own
+    /// figure in it, and the choices whose texts are counted (those without one: their
+    /// weights in the rest of the total; without a report, all) in which encoding.
+    fn to_count(&self) -> ToCount {
+        let reported = self.relay.reported();
+        let own = match (self.relay.choices(), reported) {
+            // One choice: its upstream's total is its own.
+            (1, Some(r)) => vec![Some(r.completion)],
+            (n, None) => vec![None; n],
+            _ => self.relay.reported_own(),
+        };
+        let which = (own.iter().enumerate())
+            .filter_map(|(i, o)| o.is_none().then_some(i))
+            .collect();
+        let encoding = match reported {
+            Some(_) => choicewise_usage::DEFAULT_ENCODING,
+            None => self.encoding,
+        };
+        ToCount {
+            reported,
+            own,
+            which,
+            encoding,
+        }
     }
 
-    /// The tokens of each choice's texts in `encoding`: in place when few
+    /// The tokens of the texts of the choices `which` in `encoding`: in place when few
     /// ([`choicewise_usage::counts_quickly`]), else off the workers; none (every weight
     /// zero: equal shares) if counting panicked.
-    async fn counts(&mut self, encoding: choicewise_usage::EncodingName) -> Vec<u64> {
-        let texts = self.texts();
+    async fn counts(
+        &mut self,
+        encoding: choicewise_usage::EncodingName,
+        which: &[usize],
+    ) -> Vec<u64> {
+        let texts: Vec<String> = (which.iter())
+            .map(|&i| self.relay.texts(i).to_string())
+            .collect();
         let bytes = texts.iter().map(String::len).sum();
         let quick = choicewise_usage::counts_quickly(encoding, bytes);
         let count = move || {
@@ -308,7 +333,7 @@ impl Relaying {
                 .collect()
         };
         let counted = choicewise_core::counting::counted(quick, count).await;
-        counted.unwrap_or_else(|| vec![0; self.relay.choices()])
+        counted.unwrap_or_else(|| vec![0; which.len()])
     }
 
     /// The bytes of the prompt's fields (what counting it reads).
@@ -364,7 +389,7 @@ impl Relaying {
                 finish,
                 prompt_tokens: if i == 0 { tokens.prompt } else { 0 },
                 completion_tokens: tokens.completions[i],
-                estimated: tokens.parts_estimated(),
+                estimated: tokens.part_estimated(i),
                 ..SampleEnd::default()
             })
             .collect();
@@ -404,21 +429,39 @@ impl Drop for Relaying {
     }
 }
 
+/// What counting a relayed answer's tokens takes ([`Relaying::to_count`]).
+struct ToCount {
+    reported: Option<Reported>,
+    own: Vec<Option<u64>>,
+    which: Vec<usize>,
+    encoding: choicewise_usage::EncodingName,
+}
+
 /// A relayed answer's tokens: its prompt's and each choice's.
 struct Tokens {
     prompt: u64,
     /// Each choice's output tokens, by index.
     completions: Vec<u64>,
-    /// The upstream reported them (its total, shared when there are several choices).
+    /// Each choice's part is the gateway's: counted, or its share of a total the upstream
+    /// reported for several, by index.
+    counted: Vec<bool>,
+    /// The upstream reported them.
     reported: bool,
 }
 
 impl Tokens {
-    /// As the upstream reported them (`r`), its total shared into `completions`.
-    fn reported(r: Reported, completions: Vec<u64>) -> Tokens {
+    /// As the upstream reported them (`r`): each choice's own figure where it gave one
+    /// (`own`), the rest of its total shared among the others by their `weights`.
+    fn reported(r: Reported, own: Vec<Option<u64>>, weights: &[u64]) -> Tokens {
+        let known = (own.iter().flatten()).fold(0, |a: u64, b| a.saturating_add(*b));
+        let left = r.completion.saturating_sub(known);
+        let mut shares = share(left, weights).into_iter();
         Tokens {
             prompt: r.prompt,
-            completions,
+            completions: (own.iter())
+                .map(|o| o.unwrap_or_else(|| shares.next().unwrap_or(0)))
+                .collect(),
+            counted: own.iter().map(Option::is_none).collect(),
             reported: true,
         }
     }
@@ -427,6 +470,7 @@ impl Tokens {
     fn estimated(prompt: u64, completions: Vec<u64>) -> Tokens {
         Tokens {
             prompt,
+            counted: vec![true; completions.len()],
             completions,
             reported: false,
         }
@@ -440,24 +484,27 @@ impl Tokens {
             .fold(0, u64::saturating_add)
     }
 
-    /// Whether each choice's part is the gateway's: counted, or a share of a total reported
-    /// for several choices.
+    /// Whether choice `i`'s part is the gateway's: counted, or a share of a total.
+    fn part_estimated(&self, i: usize) -> bool {
+        self.counted.get(i).copied().unwrap_or(true)
+    }
+
+    /// Whether some choice's part is the gateway's.
     fn parts_estimated(&self) -> bool {
-        !self.reported || self.completions.len() > 1
+        self.counted.iter().any(|c| *c)
     }
 
     /// The answer's usage, in Chat Completions' shape with its `choicewise` parts, as the
     /// general path writes it.
     fn usage(&self) -> AnswerUsage {
-        let estimated = self.parts_estimated();
         let completion = self.completion();
         AnswerUsage {
             choicewise: UsageParts {
-                estimated,
+                estimated: !self.reported || self.parts_estimated(),
                 per_choice: (self.completions.iter().enumerate())
                     .map(|(i, c)| ChoiceTokens {
                         completion_tokens: *c,
-                        estimated,
+                        estimated: self.part_estimated(i),
                         index: Some(i),
                         prompt_tokens: if i == 0 { self.prompt } else { 0 },
                         sample: i as u32,

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::ops::{ControlFlow, Range};
 
 use choicewise_core::chunks::Envelope;
-use choicewise_core::chunks::{ChunkFacts, ChunkScanner, element_text};
+use choicewise_core::chunks::{ChunkFacts, ChunkScanner, ReportedUsage, element_text};
 use choicewise_core::input::{TokenBound, TokenCount};
 use choicewise_core::{ChoiceEvent, Error, ErrorDetail, UpstreamError};
 use choicewise_sse::Framer;
@@ -71,15 +71,6 @@ struct Custom<'a> {
     input: Option<Cow<'a, str>>,
 }
 
-/// A chunk's `usage`, as far as the record reads it.
-#[derive(Deserialize, Default)]
-struct Usage {
-    #[serde(default)]
-    prompt_tokens: Option<u64>,
-    #[serde(default)]
-    completion_tokens: Option<u64>,
-}
-
 /// The tokens an upstream reported for its answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reported {
@@ -126,7 +117,8 @@ struct State {
     finished: u64,
     /// The choices closed so far: finished, or failed alone.
     closed: usize,
-    reported: Option<Reported>,
+    /// The usages the upstream reported, added up as the general path adds them up.
+    usage: ReportedUsage,
     /// The answer's own failure (its stream's), which ends every choice still open.
     failure: Option<Error>,
     /// The model the upstream named.
@@ -177,6 +169,9 @@ struct Lane {
     place: Option<u64>,
     /// The finish was the gateway's, at the bound of tokens.
     at_bound: bool,
+    /// Its upstream said its finish (a usage-only chunk after it is its own, as llama.cpp
+    /// sends them), even past the gateway's.
+    finish_came: bool,
     /// Its own failure: an update that was not one.
     failure: Option<Error>,
 }
@@ -215,6 +210,7 @@ impl ChatRelay {
             finish: None,
             place: None,
             at_bound: false,
+            finish_came: false,
             failure: None,
         };
         ChatRelay {
@@ -230,7 +226,7 @@ impl ChatRelay {
                 max_choice_bytes,
                 finished: 0,
                 closed: 0,
-                reported: None,
+                usage: ReportedUsage::default(),
                 failure: None,
                 response_model: None,
                 after_finish: 0,
@@ -341,9 +337,23 @@ impl ChatRelay {
         (ends, answer)
     }
 
-    /// The usage the upstream reported, if it did.
+    /// The usage the upstream reported, if it did: one total, or one a choice added up
+    /// (llama.cpp's), or vLLM's running counts added up.
     pub(crate) fn reported(&self) -> Option<Reported> {
-        self.state.reported
+        let usage = self.state.usage.usage()?;
+        Some(Reported {
+            prompt: usage.prompt_tokens,
+            completion: usage.completion_tokens,
+        })
+    }
+
+    /// Each choice's own output tokens, where the upstream reported a choice's apart (one
+    /// usage-only chunk after each choice's finish, or a running count of each): by index.
+    pub(crate) fn reported_own(&self) -> Vec<Option<u64>> {
+        let own = self.state.usage.per_choice();
+        (0..self.state.lanes.len() as u32)
+            .map(|i| own.get(&i).copied())
+            .collect()
     }
 
     /// Choice `i`'s texts (its tokens' estimate, or its weight in a shared total): those
@@ -457,16 +467,6 @@ impl State {
         {
             self.response_model = serde_json::from_str(&data[model]).ok();
         }
-        // A usage without both counts is no report: the answer is counted here rather than
-        // charged a zero the upstream did not say.
-        if let Some(usage) = facts.usage()
-            && let Ok(Some(Usage {
-                prompt_tokens: Some(prompt),
-                completion_tokens: Some(completion),
-            })) = serde_json::from_str::<Option<Usage>>(&data[usage])
-        {
-            self.reported = Some(Reported { prompt, completion });
-        }
         let n = self.lanes.len();
         // Several choices' texts are always read (their shares of the usage, or their
         // estimates): each as it comes, the text of a chunk of one choice whose delta is
@@ -491,6 +491,7 @@ impl State {
                 },
             };
             let lane = &mut self.lanes[i];
+            lane.finish_came |= choice.finishes;
             if lane.closed() {
                 // As the general path: a choice is what it was at its finish.
                 self.after_finish += usize::from(lane.failure.is_none());
@@ -539,6 +540,20 @@ impl State {
                 }
                 self.closed += 1;
             }
+        }
+        // A usage without both counts is no report: the answer is counted here rather than
+        // charged a zero the upstream did not say.
+        if let Some(usage) = facts.usage()
+            && let Ok(usage) = serde_json::from_str::<serde_json::Value>(&data[usage])
+            && ["prompt_tokens", "completion_tokens"]
+                .iter()
+                .all(|key| usage.get(key).is_some_and(serde_json::Value::is_u64))
+        {
+            let indexes = facts.choices().iter().map(|c| c.index);
+            let finished = (self.lanes.iter().enumerate())
+                .filter(|(_, lane)| lane.finish_came)
+                .map(|(i, _)| i as u32);
+            let _ = self.usage.record(usage, indexes, finished, line);
         }
         let shown = match facts.choices().is_empty() {
             // A chunk of its usage alone is not passed on: the answer's usage, when the
