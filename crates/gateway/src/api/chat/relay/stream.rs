@@ -71,6 +71,15 @@ struct Custom<'a> {
     input: Option<Cow<'a, str>>,
 }
 
+/// A chunk's `usage`, as far as the record reads it.
+#[derive(Deserialize, Default)]
+struct Usage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+}
+
 /// The tokens an upstream reported for its answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reported {
@@ -543,12 +552,17 @@ impl State {
         }
         // A usage without both counts is no report: the answer is counted here rather than
         // charged a zero the upstream did not say.
+        // Only its counts are read (a usage of many keys is not made a tree).
         if let Some(usage) = facts.usage()
-            && let Ok(usage) = serde_json::from_str::<serde_json::Value>(&data[usage])
-            && ["prompt_tokens", "completion_tokens"]
-                .iter()
-                .all(|key| usage.get(key).is_some_and(serde_json::Value::is_u64))
+            && let Ok(Some(Usage {
+                prompt_tokens: Some(prompt),
+                completion_tokens: Some(completion),
+            })) = serde_json::from_str::<Option<Usage>>(&data[usage])
         {
+            let usage = serde_json::json!({
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+            });
             let indexes = facts.choices().iter().map(|c| c.index);
             let finished = (self.lanes.iter().enumerate())
                 .filter(|(_, lane)| lane.finish_came)
