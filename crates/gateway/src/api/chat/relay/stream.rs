@@ -831,8 +831,13 @@ fn without_role(element: &str) -> Option<String> {
             out.push(',');
         }
         push_key(&mut out, key);
-        match serde_json::from_str::<Members>(value.get()) {
-            Ok(Members(delta)) if key == "delta" && delta.iter().any(|(k, _)| k == "role") => {
+        // Only the delta is read member by member (another member's value, a number or a
+        // `null`, would be a parse's error to make and drop).
+        let delta = (key == "delta")
+            .then(|| serde_json::from_str::<Members>(value.get()).ok())
+            .flatten();
+        match delta {
+            Some(Members(delta)) if delta.iter().any(|(k, _)| k == "role") => {
                 found = true;
                 out.push('{');
                 let kept = delta.iter().filter(|(k, _)| k != "role");
