@@ -245,15 +245,10 @@ impl Relaying {
     /// in proportion to their texts, as the general path shares it), else counted as the
     /// general path estimates an upstream that reports none; off the workers when large.
     async fn tokens(&mut self) -> Tokens {
-        let ToCount {
-            reported,
-            own,
-            which,
-            encoding,
-        } = self.to_count();
-        let counts = self.counts(encoding, &which).await;
-        match reported {
-            Some(r) => Tokens::reported(r, own, &counts),
+        let to = self.to_count();
+        let counts = self.counts(to.encoding, &to.which).await;
+        match to.reported {
+            Some(r) => Tokens::reported(r, to.own, &counts),
             None => {
                 let (encoding, fields) = (self.encoding, self.prompt.clone());
                 let count = move || {
@@ -273,17 +268,12 @@ impl Relaying {
     /// once when it is small, else left uncounted, as the general path records a client
     /// gone.
     fn tokens_now(&mut self) -> Tokens {
-        let ToCount {
-            reported,
-            own,
-            which,
-            encoding,
-        } = self.to_count();
-        let counts: Vec<u64> = (which.iter())
-            .map(|&i| choicewise_usage::count_text(encoding, self.relay.texts(i)))
+        let to = self.to_count();
+        let counts: Vec<u64> = (to.which.iter())
+            .map(|&i| choicewise_usage::count_text(to.encoding, self.relay.texts(i)))
             .collect();
-        match reported {
-            Some(r) => Tokens::reported(r, own, &counts),
+        match to.reported {
+            Some(r) => Tokens::reported(r, to.own, &counts),
             None => Tokens::estimated(self.prompt_now(), counts),
         }
     }
