@@ -550,9 +550,10 @@ impl State {
                 self.closed += 1;
             }
         }
-        // A usage without both counts is no report: the answer is counted here rather than
-        // charged a zero the upstream did not say.
-        // Only its counts are read (a usage of many keys is not made a tree).
+        // Of a usage, only its two counts are read (a usage of many keys is not made a
+        // tree); one without both is no report: the answer is counted here rather than
+        // charged a zero the upstream did not say. Its bytes are the upstream's answer's,
+        // bounded with them (`max_answer_bytes`).
         if let Some(usage) = facts.usage()
             && let Ok(Some(Usage {
                 prompt_tokens: Some(prompt),
