@@ -2,10 +2,13 @@
 
 use std::process::ExitCode;
 
+mod allocator;
+
 /// The process's allocator: glibc's kept a gateway's peak memory long after a load, where
-/// mimalloc returns freed pages to the system (`src/memory.rs` says how `serve` tunes it).
+/// mimalloc returns freed pages to the system (`src/memory.rs` says how `serve` tunes it),
+/// asked by its plain entry points where they align enough (`src/allocator.rs`).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::MiMalloc = allocator::MiMalloc;
 
 fn main() -> ExitCode {
     no_transparent_huge_pages();
