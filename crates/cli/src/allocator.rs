@@ -6,10 +6,10 @@
 //! read buffer, an answer's bytes) takes its general path, which rounds the size to a bin and,
 //! unless that bin is a power of two, over-allocates by the alignment and aligns within: a
 //! streamed request through the gateway made dozens of such calls (docs/benchmarks.md,
-//! "mimalloc asked by its plain entry points"). Every mimalloc block starts on a word (its sizes are whole
-//! words, a page's first block is 16-byte aligned), so an alignment of a word or less needs
-//! nothing of the aligned entry points: `mi_malloc`, `mi_zalloc` and `mi_realloc` serve those,
-//! the aligned ones the rest (a runtime's cache-padded cells).
+//! "mimalloc asked by its plain entry points"). Every mimalloc block starts on a word (its
+//! sizes are whole words, a page's first block is 16-byte aligned), so an alignment of a word
+//! or less needs nothing of the aligned entry points: `mi_malloc`, `mi_zalloc` and
+//! `mi_realloc` serve those, the aligned ones the rest (a runtime's cache-padded cells).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::ffi::c_void;
