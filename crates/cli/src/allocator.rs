@@ -19,6 +19,12 @@ use libmimalloc_sys as mi;
 /// What every mimalloc block is aligned to, whatever its size.
 const EVERY_BLOCK: usize = std::mem::size_of::<usize>();
 
+/// Whether a block of `layout` is served by mimalloc's plain entry points: any of their
+/// blocks has its alignment.
+fn plain(layout: Layout) -> bool {
+    layout.align() <= EVERY_BLOCK
+}
+
 /// mimalloc, by its plain entry points for alignments of a word or less.
 pub(crate) struct MiMalloc;
 
@@ -30,7 +36,7 @@ unsafe impl GlobalAlloc for MiMalloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: plain FFI calls taking sizes and alignments (a power of two, from `Layout`).
         unsafe {
-            match layout.align() <= EVERY_BLOCK {
+            match plain(layout) {
                 true => mi::mi_malloc(layout.size()),
                 false => mi::mi_malloc_aligned(layout.size(), layout.align()),
             }
@@ -42,7 +48,7 @@ unsafe impl GlobalAlloc for MiMalloc {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as `alloc`.
         unsafe {
-            match layout.align() <= EVERY_BLOCK {
+            match plain(layout) {
                 true => mi::mi_zalloc(layout.size()),
                 false => mi::mi_zalloc_aligned(layout.size(), layout.align()),
             }
@@ -62,7 +68,7 @@ unsafe impl GlobalAlloc for MiMalloc {
         // new block keeps the layout's alignment as `alloc` gives it.
         unsafe {
             let ptr = ptr.cast::<c_void>();
-            match layout.align() <= EVERY_BLOCK {
+            match plain(layout) {
                 true => mi::mi_realloc(ptr, new_size),
                 false => mi::mi_realloc_aligned(ptr, new_size, layout.align()),
             }
