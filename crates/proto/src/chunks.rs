@@ -409,6 +409,35 @@ impl Serialize for ToolCall<'_> {
     }
 }
 
+/// Appends `value` in lowercase hexadecimal, zero-padded to at least `width` digits: the
+/// text `format!("{value:0width$x}")` writes, without the formatting machinery (ids made
+/// for every request are written with it).
+///
+/// ```
+/// let mut id = String::from("req-");
+/// choicewise_proto::chunks::push_hex(&mut id, 0xbeef, 0);
+/// choicewise_proto::chunks::push_hex(&mut id, 7, 4);
+/// assert_eq!(id, "req-beef0007");
+/// ```
+pub fn push_hex(out: &mut String, value: u64, width: usize) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    let mut start = digits.len();
+    let mut rest = value;
+    loop {
+        start -= 1;
+        digits[start] = DIGITS[(rest & 0xf) as usize];
+        rest >>= 4;
+        if rest == 0 {
+            break;
+        }
+    }
+    let written = digits.len() - start;
+    out.extend(std::iter::repeat_n('0', width.saturating_sub(written)));
+    // ASCII digits only.
+    out.push_str(std::str::from_utf8(&digits[start..]).unwrap_or_default());
+}
+
 /// What every chunk of one answer repeats: its id, its time and the model's name.
 ///
 /// ```
@@ -435,10 +464,12 @@ impl Envelope {
             .unwrap_or_default();
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut id = String::with_capacity(64);
+        id.push_str("chatcmpl-cw");
+        push_hex(&mut id, (nanos.as_nanos() & 0xffff_ffff_ffff) as u64, 0);
+        push_hex(&mut id, n, 0);
         Envelope {
-            id: Arc::from(
-                format!("chatcmpl-cw{:x}{n:x}", nanos.as_nanos() & 0xffff_ffff_ffff).as_str(),
-            ),
+            id: Arc::from(id),
             created: nanos.as_secs(),
             model: Arc::from(model),
         }
@@ -456,16 +487,13 @@ impl Envelope {
     /// assert_eq!(chunk, envelope.chunk(Vec::new()));
     /// ```
     pub fn prefix(&self) -> String {
-        use std::io::Write as _;
         let mut out = Vec::with_capacity(96 + self.id.len() + self.model.len());
-        // Strings and a number serialise without error into memory; no tree is made.
+        // Strings serialise without error into memory; no tree is made.
         out.extend_from_slice(b"{\"id\":");
         let _ = serde_json::to_writer(&mut out, &*self.id);
-        let _ = write!(
-            out,
-            ",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":",
-            self.created
-        );
+        out.extend_from_slice(b",\"object\":\"chat.completion.chunk\",\"created\":");
+        out.extend_from_slice(itoa::Buffer::new().format(self.created).as_bytes());
+        out.extend_from_slice(b",\"model\":");
         let _ = serde_json::to_writer(&mut out, &*self.model);
         out.extend_from_slice(b",\"choices\":[");
         // JSON written from strings is UTF-8.
@@ -592,6 +620,37 @@ impl ChunkEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_is_what_format_writes() {
+        let mut values = vec![
+            0,
+            1,
+            9,
+            10,
+            15,
+            16,
+            255,
+            256,
+            u64::MAX,
+            u64::MAX - 1,
+            1 << 63,
+        ];
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            values.push(x >> (x % 64));
+        }
+        for value in values {
+            for width in [0, 1, 4, 12, 16, 20] {
+                let mut out = String::from("p-");
+                push_hex(&mut out, value, width);
+                assert_eq!(out, format!("p-{value:0width$x}"), "{value} at {width}");
+            }
+        }
+    }
 
     #[test]
     fn an_element_of_text_is_written_as_it_serialises() {

@@ -19,8 +19,11 @@ impl RequestIds {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_nanos();
-        let id = format!("req-{:x}{n:04x}", nanos & 0xffff_ffff_ffff);
-        HeaderValue::from_str(&id).ok()
+        let mut id = String::with_capacity(40);
+        id.push_str("req-");
+        choicewise_core::chunks::push_hex(&mut id, (nanos & 0xffff_ffff_ffff) as u64, 0);
+        choicewise_core::chunks::push_hex(&mut id, n, 4);
+        HeaderValue::try_from(id).ok()
     }
 }
 
