@@ -121,6 +121,14 @@ impl ChatFraming {
             include_usage,
         }
     }
+
+    /// Every choice taken as opened, none written: the upstream's own chunk opens it (a
+    /// relayed answer of one choice).
+    pub(crate) fn opened(&mut self) {
+        for c in self.chunks.iter_mut() {
+            let _ = c.opening();
+        }
+    }
 }
 
 impl Framing for ChatFraming {

@@ -191,7 +191,8 @@ pub(crate) fn respond(finish: Finish, relayed: Relayed) -> Response {
             stop_reason: None,
             summary: tries_summary(&lock(&relaying.tries)),
         };
-        let mut write = Vec::new();
+        // Room for the usage's chunk, the summary and `[DONE]` at once.
+        let mut write = Vec::with_capacity(1024);
         let (ends, answer) = relaying.relay.end(cut, tail, &mut write);
         if std::mem::take(&mut first) {
             relaying.finish.first_chunk();

@@ -23,6 +23,9 @@ use crate::api::chat::ChatFraming;
 /// The bytes first set aside for a choice's elements kept unparsed: a short answer's.
 const ELEMENTS_ROOM: usize = 4096;
 
+/// The ends first set aside for them: as many as elements of a short text fit that room.
+const ENDS_ROOM: usize = ELEMENTS_ROOM / 64;
+
 /// One choice of a chunk, as far as the relay reads it: its texts and its finish.
 #[derive(Deserialize)]
 struct Choice<'a> {
@@ -204,9 +207,9 @@ impl ChatRelay {
         // such as openai-python's stream helper reads a choice's first element as its
         // next one).
         let mut openings = Vec::new();
-        framing.open(&mut openings);
-        if n == 1 {
-            openings.clear();
+        match n {
+            1 => framing.opened(),
+            _ => framing.open(&mut openings),
         }
         let json = |s: &str| serde_json::to_vec(s).unwrap_or_default();
         let lane = || Lane {
@@ -229,7 +232,7 @@ impl ChatRelay {
                 framing,
                 id: json(&envelope.id),
                 model: json(&envelope.model),
-                created: envelope.created.to_string().into_bytes(),
+                created: itoa::Buffer::new().format(envelope.created).into(),
                 lanes: (0..n).map(|_| lane()).collect(),
                 room: bound.map_or(0, |b| b.max),
                 max_choice_bytes,
@@ -714,6 +717,7 @@ impl Lane {
                 // Room for a short answer's elements at once, rather than growing through
                 // each size up to it.
                 self.elements.reserve(ELEMENTS_ROOM);
+                self.ends.reserve(ENDS_ROOM);
             }
             self.elements.extend_from_slice(element.as_bytes());
             self.ends.push(self.elements.len());
@@ -1110,6 +1114,12 @@ mod tests {
         // gateway's finish.
         assert_eq!(chunks.len(), 4, "{text}");
         assert_eq!(chunks[3]["choices"][0]["finish_reason"], "length");
+        // The upstream's first chunk opened the choice: the gateway's finish names no role.
+        assert_eq!(
+            chunks[3]["choices"][0]["delta"],
+            serde_json::json!({}),
+            "{text}"
+        );
         assert_eq!(chunks[3]["model"], "m");
         assert!(relay.at_bound(0));
         assert_eq!(words(relay.texts(0)), 9);
