@@ -2,9 +2,10 @@
 //! for less: every request's line has a dozen fields, most of them numbers, and its time. The
 //! subscriber's default formats each field through `fmt::Debug` and the time through a
 //! calendar computed again for every line; these write a number's digits and a plain
-//! string's bytes at once, and the date once a second. Everything else (the message, a
-//! value shown with `%` or `?`, a string that needs escapes, colours) goes through the
-//! subscriber's own formatter, so a line reads the same either way.
+//! string's bytes at once, a value shown with `%` or `?` after its name written at once,
+//! and the date once a second. Everything else (the message, a string that needs escapes,
+//! colours) goes through the subscriber's own formatter, so a line reads the same either
+//! way.
 
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
@@ -135,7 +136,12 @@ impl Visit for Fields<'_> {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.delegate(|v| v.record_debug(field, value));
+        // A value shown with `%` or `?`: `name=` written here, the value as the default
+        // writes it (`fmt::Debug`, which `%` makes its `Display`).
+        match self.plain_name(field) {
+            Some(name) => self.write(name, |w| write!(w, "{value:?}")),
+            None => self.delegate(|v| v.record_debug(field, value)),
+        }
     }
 }
 

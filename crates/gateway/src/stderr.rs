@@ -182,6 +182,9 @@ impl std::fmt::Debug for StderrLog {
 
 /// The writing thread: waits for a line, lets a batch gather for [`BATCH_WAIT`], writes it.
 fn write_batches(shared: &Shared) {
+    // The batch last written, emptied, takes the next lines: the buffer does not grow again
+    // from nothing for every batch. Past [`KEPT_CAPACITY`] it is given back.
+    let mut batch = Vec::new();
     loop {
         let mut waiting = shared.lock();
         while waiting.bytes.is_empty() && !waiting.closing {
@@ -198,11 +201,16 @@ fn write_batches(shared: &Shared) {
             std::thread::sleep(BATCH_WAIT);
             waiting = shared.lock();
         }
-        let batch = std::mem::take(&mut waiting.bytes);
+        std::mem::swap(&mut waiting.bytes, &mut batch);
         drop(waiting);
         (shared.sink)(&batch);
+        batch.clear();
+        batch.shrink_to(KEPT_CAPACITY);
     }
 }
+
+/// The most of a written batch's buffer kept for the next.
+const KEPT_CAPACITY: usize = 64 << 10;
 
 /// A writer of a [`StderrLog`]'s lines ([`StderrLog::writer`]); it never fails, and after the
 /// log is dropped it writes straight to where the log wrote.
