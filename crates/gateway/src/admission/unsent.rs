@@ -24,7 +24,8 @@ use crate::upstream::resilience::ClientId;
 pub(crate) struct Unsent {
     /// The most one key may hold (0: no cap).
     cap: u64,
-    held: Mutex<HashMap<ClientId, u64>>,
+    /// Hashed with foldhash: an insert and a removal every request.
+    held: Mutex<HashMap<ClientId, u64, foldhash::fast::RandomState>>,
 }
 
 /// Why a request was refused: what its key held besides it, and the cap.
@@ -49,7 +50,7 @@ impl Unsent {
     pub(crate) fn new(cap: u64) -> Unsent {
         Unsent {
             cap,
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::default()),
         }
     }
 
