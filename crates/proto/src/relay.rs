@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use crate::scan::{Head, Scanned, choice_text, scan};
+use crate::scan::{Head, Scanned, choice_text, scan_into};
 
 pub use crate::scan::ScannedChoice as ChoiceFacts;
 
@@ -97,15 +97,14 @@ impl ChunkScanner {
     /// unexpected type, invalid JSON outside the choices, nesting past 128 levels): such a
     /// chunk is for a parser to read. The choices' contents are walked, not checked.
     pub fn scan(&mut self, data: &str) -> Option<&ChunkFacts> {
-        let repeated = self.head.repeats(data.as_bytes());
-        let reuse = std::mem::take(&mut self.facts.scanned.choices);
-        let Some(scanned) = scan(data, reuse, &mut self.head) else {
+        let Some(repeated) = scan_into(data, &mut self.facts.scanned, &mut self.head) else {
             // The scan may have remembered this chunk's head before it gave up: forgotten,
-            // with the places of its fields, which were not read.
+            // with the places of its fields, which were not read; and what it found is no
+            // chunk's facts.
             self.head = Head::default();
+            self.facts.scanned.clear();
             return None;
         };
-        self.facts.scanned = scanned;
         let s = &mut self.facts.scanned;
         let fields = [&mut s.id, &mut s.model, &mut s.created];
         if repeated {
@@ -126,7 +125,8 @@ impl ChunkScanner {
         Some(&self.facts)
     }
 
-    /// The facts of the last chunk [`scan`](Self::scan) vouched for.
+    /// The facts of the last chunk [`scan`](Self::scan) vouched for (none after one it did
+    /// not).
     ///
     /// ```
     /// use choicewise_proto::chunks::ChunkScanner;
@@ -249,6 +249,49 @@ mod tests {
             let created = facts.created().map(|r| &data[r]);
             assert_eq!(created, data.contains("created").then_some("1"), "{data}");
         }
+    }
+
+    #[test]
+    fn no_fact_of_a_chunk_is_the_next_ones() {
+        // The facts are kept from chunk to chunk (their vector reused): each field after the
+        // choices, and the sole text, found in one chunk and not in the next, is not there.
+        let head = r#"{"id":"c","model":"m","choices":"#;
+        let bare = format!(r#"{head}[{{"index":0,"delta":{{"content":"a"}}}}]}}"#);
+        let after = [
+            r#","usage":{"prompt_tokens":1}"#,
+            r#","error":{"message":"x"}"#,
+            r#","created":2"#,
+            r#","system_fingerprint":"f""#,
+        ];
+        for field in after {
+            let with = format!(r#"{head}[{{"index":0,"delta":{{"content":"b"}}}}]{field}}}"#);
+            let mut scanner = ChunkScanner::new();
+            for data in [&bare, &with, &bare, &with] {
+                let facts = scanner.scan(data).unwrap();
+                let named = [facts.usage(), facts.error(), facts.created()]
+                    .into_iter()
+                    .flatten()
+                    .count();
+                let expected = usize::from(data == &with && !field.contains("fingerprint"));
+                assert_eq!(named, expected, "{data}");
+                let text = if data == &with { "b" } else { "a" };
+                assert_eq!(facts.sole_text(data), Some(("content", text)), "{data}");
+            }
+        }
+        // A chunk the scan gives up on leaves no facts behind.
+        let mut scanner = ChunkScanner::new();
+        assert!(scanner.scan(&bare).is_some());
+        assert!(
+            scanner
+                .scan(r#"{"id":"c","choices":[{"index":0}],"usage":{"#)
+                .is_none()
+        );
+        assert_eq!(scanner.facts(), &ChunkFacts::default());
+        let with_usage = format!(r#"{head}[{{"index":0}}],"usage":{{"prompt_tokens":1}}}}"#);
+        assert!(scanner.scan(&with_usage).unwrap().usage().is_some());
+        assert!(scanner.scan("{\"id\\u0041\":1}").is_none());
+        assert_eq!(scanner.facts(), &ChunkFacts::default());
+        assert!(scanner.scan(&bare).unwrap().usage().is_none());
     }
 
     #[test]

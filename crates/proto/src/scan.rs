@@ -37,6 +37,18 @@ pub(crate) struct Scanned {
     pub text: Option<Range<usize>>,
 }
 
+impl Scanned {
+    /// As [`Scanned::default`], its choices' vector kept for the next chunk.
+    pub(crate) fn clear(&mut self) {
+        let mut choices = std::mem::take(&mut self.choices);
+        choices.clear();
+        *self = Scanned {
+            choices,
+            ..Scanned::default()
+        };
+    }
+}
+
 /// The parts of a chunk that the next chunks vary, most of a stream: a [`Template`]'s
 /// holes.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -195,25 +207,32 @@ impl Field {
 /// is the head of a chunk scanned before (see [`Head`]), updated for the next. A chunk that
 /// repeats it is scanned from its choices, and the fields of its head are left out.
 pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>, head: &mut Head) -> Option<Scanned> {
-    let b = data.as_bytes();
     let mut out = Scanned {
         choices: reuse,
         ..Scanned::default()
     };
-    out.choices.clear();
-    if !head.bytes.is_empty() && b.starts_with(&head.bytes) {
-        if head.templates.as_mut().is_some_and(|t| t.fill(b, &mut out)) {
-            return Some(out);
+    scan_into(data, &mut out, head)?;
+    Some(out)
+}
+
+/// As [`scan`], into `out` (cleared first, its choices' vector reused), for a caller that
+/// keeps its facts between chunks rather than move them: whether the chunk repeated `head`
+/// (as [`Head::repeats`] said before the scan); `None` when the serde path must decide,
+/// `out` then holding what was found before the scan gave up.
+pub(crate) fn scan_into(data: &str, out: &mut Scanned, head: &mut Head) -> Option<bool> {
+    let b = data.as_bytes();
+    out.clear();
+    if head.repeats(b) {
+        if head.templates.as_mut().is_some_and(|t| t.fill(b, out)) {
+            return Some(true);
         }
         let mut varying = Varying::default();
-        from_choices(b, &mut out, head, &mut varying)?;
+        from_choices(b, out, head, &mut varying)?;
         out.text.clone_from(&varying.text);
         if varying.text.is_some() {
-            head.templates
-                .get_or_insert_default()
-                .keep(b, &out, varying);
+            head.templates.get_or_insert_default().keep(b, out, varying);
         }
-        return Some(out);
+        return Some(true);
     }
     let mut p = ws(b, 0);
     if b.get(p) != Some(&b'{') {
@@ -221,12 +240,12 @@ pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>, head: &mut Head) -> Op
     }
     p = ws(b, p + 1);
     if b.get(p) == Some(&b'}') {
-        return (ws(b, p + 1) == b.len()).then_some(out);
+        return (ws(b, p + 1) == b.len()).then_some(false);
     }
     let mut varying = Varying::default();
-    members(b, p, &mut out, 0, Some(head), &mut varying)?;
+    members(b, p, out, 0, Some(head), &mut varying)?;
     out.text = varying.text;
-    Some(out)
+    Some(false)
 }
 
 /// A chunk that repeats `head`, scanned from its choices.
