@@ -402,7 +402,7 @@ impl ChatRequest {
     ///   checked against the request's `n`.
     pub fn with_model(
         mut self,
-        picks: &std::collections::HashMap<String, ModelPick>,
+        picks: &crate::config::ByName<ModelPick>,
         limits: &Limits,
     ) -> Result<ChatRequest, ApiError> {
         let pick = picks.get(&self.model);

@@ -1,8 +1,6 @@
 //! Serving a gateway: [`serve`] from a configuration, [`Gateway::serve_on`] on a listener,
 //! and the shutdown they share.
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -229,7 +227,7 @@ fn requests(count: usize) -> String {
 /// (a cancelled sample's are always estimated): loaded when the gateway is made rather than
 /// by the first request, which would wait for them, so that the memory they take is there
 /// from the start.
-pub(crate) fn preload_encodings(models: &HashMap<String, Arc<crate::upstream::open::ModelRoutes>>) {
+pub(crate) fn preload_encodings(models: &crate::upstream::open::Models) {
     let mut encodings = vec![choicewise_usage::DEFAULT_ENCODING];
     for model in models.values() {
         for route in &model.routes {

@@ -3,7 +3,6 @@
 //! [`Config`]. Below the handlers and layers that read it; the crate root keeps the router
 //! and the public API.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,7 +52,7 @@ pub(crate) struct Inner {
     pub(crate) quota: Arc<Quota>,
     pub(crate) models: open::Models,
     /// Each model's pick as the operator set it (`[models.choicewise]`, `max_samples`).
-    pub(crate) picks: Arc<HashMap<String, config::ModelPick>>,
+    pub(crate) picks: Arc<config::ByName<config::ModelPick>>,
     /// In order, for `GET /v1/models`.
     pub(crate) names: Vec<String>,
     pub(crate) metrics: Arc<Metrics>,
@@ -66,7 +65,7 @@ pub(crate) struct Inner {
     /// Chat upstreams whose base URL lacks `/v1`, and the same with it: checked at start.
     pub(crate) v1_checks: Vec<(Client, Client)>,
     /// Each model's rule for hosted tools (`hosted_tools`).
-    pub(crate) hosted_tools: HashMap<String, HostedTools>,
+    pub(crate) hosted_tools: config::ByName<HostedTools>,
     /// `[records]`'s writer, once started ([`Gateway::with_env`]; a checked configuration
     /// starts none).
     pub(crate) records: std::sync::OnceLock<Arc<crate::records::Records>>,
@@ -117,11 +116,11 @@ impl Gateway {
             )),
             None => None,
         };
-        let mut models = HashMap::new();
-        let mut picks = HashMap::new();
+        let mut models = config::ByName::default();
+        let mut picks = config::ByName::default();
         let mut v1_checks = Vec::new();
         let mut names = Vec::new();
-        let mut hosted_tools = HashMap::new();
+        let mut hosted_tools = config::ByName::default();
         for model in &config.models {
             let mut routes = Vec::new();
             for (k, u) in model.upstreams.iter().enumerate() {

@@ -434,8 +434,7 @@ pub fn push_hex(out: &mut String, value: u64, width: usize) {
     }
     let written = digits.len() - start;
     out.extend(std::iter::repeat_n('0', width.saturating_sub(written)));
-    // ASCII digits only.
-    out.push_str(std::str::from_utf8(&digits[start..]).unwrap_or_default());
+    out.extend(digits[start..].iter().map(|&d| char::from(d)));
 }
 
 /// What every chunk of one answer repeats: its id, its time and the model's name.

@@ -4,7 +4,6 @@
 //! answer ([`Read`], [`Refused`], [`Hosted`], [`Tokens`]). The client APIs themselves
 //! (`crate::api`) implement it; the answer knows none of them by name.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::response::{IntoResponse, Response};
@@ -101,7 +100,7 @@ pub(crate) trait ClientApi: Send + Sync + 'static {
         head: &Head,
         bytes: &Bytes,
         limits: &Limits,
-        picks: &HashMap<String, ModelPick>,
+        picks: &crate::config::ByName<ModelPick>,
     ) -> Result<Read<Self::Reply>, Box<Refused>>;
 
     /// The streamed answer's framing, of `outputs` output choices of `req`, answered as

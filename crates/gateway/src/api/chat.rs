@@ -39,7 +39,7 @@ impl ClientApi for Chat {
         _: &Head,
         bytes: &Bytes,
         limits: &Limits,
-        picks: &std::collections::HashMap<String, ModelPick>,
+        picks: &crate::config::ByName<ModelPick>,
     ) -> Result<Read<()>, Box<Refused>> {
         let req = ChatRequest::parse(bytes, limits)
             .and_then(|r| r.with_model(picks, limits))

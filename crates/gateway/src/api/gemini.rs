@@ -47,8 +47,6 @@ mod request;
 
 pub(crate) use answer::GeminiFraming;
 
-use std::collections::HashMap;
-
 use axum::http::StatusCode;
 use bytes::Bytes;
 use choicewise_core::Choice;
@@ -154,7 +152,7 @@ impl ClientApi for Gemini {
         head: &Head,
         bytes: &Bytes,
         limits: &Limits,
-        picks: &HashMap<String, ModelPick>,
+        picks: &crate::config::ByName<ModelPick>,
     ) -> Result<Read<GeminiReply>, Box<Refused>> {
         let (model, method) = target(head.uri.path()).map_err(|e| Refused::new(e, None))?;
         let stream = method == Method::Stream;

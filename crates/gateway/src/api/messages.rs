@@ -78,7 +78,7 @@ impl ClientApi for Messages {
         _: &Head,
         bytes: &Bytes,
         limits: &Limits,
-        picks: &std::collections::HashMap<String, ModelPick>,
+        picks: &crate::config::ByName<ModelPick>,
     ) -> Result<Read<Reply>, Box<Refused>> {
         // Its `thinking` goes as sent to an Anthropic upstream; a streamed answer names the
         // prompt's tokens in its first event.

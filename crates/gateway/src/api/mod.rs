@@ -46,7 +46,6 @@ pub(crate) use translate::{
     read_fields, small, write_compact_as_string, write_function_tool,
 };
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::response::Response;
@@ -67,7 +66,7 @@ use crate::request::{ChatRequest, Fields, NotAnObject, split_object};
 /// answer's first event.
 pub(crate) fn read_translated(
     bytes: &Bytes,
-    (limits, picks): (&Limits, &HashMap<String, ModelPick>),
+    (limits, picks): (&Limits, &crate::config::ByName<ModelPick>),
     translate: fn(&Fields) -> Result<Translated, IngressError>,
     native_to: Dialect,
     prompt: bool,

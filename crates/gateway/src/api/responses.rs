@@ -83,7 +83,7 @@ impl ClientApi for Responses {
         _: &Head,
         bytes: &Bytes,
         limits: &Limits,
-        picks: &HashMap<String, ModelPick>,
+        picks: &crate::config::ByName<ModelPick>,
     ) -> Result<Read<Reply>, Box<Refused>> {
         // Its `reasoning` goes as sent to a Responses upstream.
         super::read_translated(bytes, (limits, picks), to_chat, Dialect::Responses, false)

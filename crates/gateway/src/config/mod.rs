@@ -322,6 +322,10 @@ impl Model {
     }
 }
 
+/// A map by a configured name (a model's): read by every request with the name it asks,
+/// written only at start, so hashed with foldhash rather than SipHash.
+pub(crate) type ByName<V> = std::collections::HashMap<String, V, foldhash::fast::RandomState>;
+
 /// A model's pick as the operator set it ([`Model::pick`]): what a request's own extension is
 /// merged with ([`ChatRequest::with_model`](crate::request::ChatRequest::with_model)).
 #[derive(Debug, Clone)]

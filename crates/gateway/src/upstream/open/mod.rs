@@ -2,7 +2,6 @@
 //! each fallback model's, as [`crate::upstream::resilience`] rules; the body each try sends
 //! (`body`); and the error the client gets when none succeeded (`errors`).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -80,7 +79,7 @@ pub(crate) struct ModelRoutes {
 }
 
 /// Every configured model, by name.
-pub(crate) type Models = Arc<HashMap<String, Arc<ModelRoutes>>>;
+pub(crate) type Models = Arc<crate::config::ByName<Arc<ModelRoutes>>>;
 
 /// One try, for the final `choicewise` object's `tries`.
 #[derive(Debug, Clone)]
