@@ -52,20 +52,47 @@ pub(crate) fn split_object(bytes: &Bytes) -> Result<Fields, NotAnObject> {
 }
 
 /// Writes a JSON object of `fields`, with `over` replacing (or adding) fields of the same
-/// name: each field's text is copied once, in key order.
+/// name (the last of a name in `over` the one written): each field's text is copied once,
+/// in key order, `fields` (already in that order) merged with `over` sorted.
 pub(crate) fn write_object(fields: &Fields, over: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut all: BTreeMap<&str, &[u8]> =
-        (fields.iter()).map(|(k, v)| (k.as_str(), &v[..])).collect();
-    for (k, v) in over {
-        all.insert(k, v);
-    }
-    let size: usize = all.iter().map(|(k, v)| k.len() + v.len() + 4).sum();
+    let mut over = over.to_vec();
+    // A stable sort: of two of one name, the later stays after, and is the one kept.
+    over.sort_by_key(|(k, _)| *k);
+    over.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            *kept = *later;
+        }
+        same
+    });
+    let size: usize = (fields.iter().map(|(k, v)| k.len() + v.len()))
+        .chain(over.iter().map(|(k, v)| k.len() + v.len()))
+        .map(|n| n + 4)
+        .sum();
     let mut out = Vec::with_capacity(size + 2);
     out.push(b'{');
-    for (i, (k, v)) in all.into_iter().enumerate() {
-        if i > 0 {
+    let mut fields = fields.iter().map(|(k, v)| (k.as_str(), &v[..])).peekable();
+    let mut over = over.into_iter().peekable();
+    let mut first = true;
+    loop {
+        let (k, v) = match (fields.peek(), over.peek()) {
+            (None, None) => break,
+            (Some(_), None) => fields.next(),
+            (None, Some(_)) => over.next(),
+            (Some((field, _)), Some((replaced, _))) => match field.cmp(replaced) {
+                std::cmp::Ordering::Less => fields.next(),
+                std::cmp::Ordering::Greater => over.next(),
+                std::cmp::Ordering::Equal => {
+                    fields.next();
+                    over.next()
+                }
+            },
+        }
+        .unwrap_or_default();
+        if !first {
             out.push(b',');
         }
+        first = false;
         // A string always serialises.
         let _ = serde_json::to_writer(&mut out, k);
         out.push(b':');
@@ -596,6 +623,49 @@ fn refused(e: PolicyError) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `write_object` merges as inserting each of `over` into the fields would: every
+    /// order of names around the fields' own, names given twice (the last kept), escapes.
+    #[test]
+    fn a_written_object_is_the_fields_with_over_inserted() {
+        let names = ["", "a", "b", "c", "m", "model", "z", "\"q\"", "é"];
+        let mut cases = 0;
+        for fields_mask in 0u32..(1 << 5) {
+            let fields: Fields = (names.iter().enumerate())
+                .filter(|(i, _)| fields_mask & (1 << (i % 5)) != 0 && i % 2 == 0)
+                .map(|(i, k)| (k.to_string(), Bytes::from(i.to_string())))
+                .collect();
+            for a in 0..names.len() {
+                for b in 0..names.len() {
+                    let over: [(&str, &[u8]); 3] =
+                        [(names[a], b"true"), (names[b], b"null"), (names[a], b"[1]")];
+                    for over in [&over[..0], &over[..1], &over[..2], &over[..]] {
+                        let mut expected: BTreeMap<&str, &[u8]> =
+                            (fields.iter()).map(|(k, v)| (k.as_str(), &v[..])).collect();
+                        for (k, v) in over {
+                            expected.insert(k, v);
+                        }
+                        let expected = serde_json::to_string(
+                            &(expected.into_iter())
+                                .map(|(k, v)| {
+                                    (k.to_string(), serde_json::from_slice::<Value>(v).unwrap())
+                                })
+                                .collect::<Map<String, Value>>(),
+                        )
+                        .unwrap();
+                        let written = write_object(&fields, over);
+                        assert_eq!(
+                            std::str::from_utf8(&written).unwrap(),
+                            expected,
+                            "{fields:?} {over:?}"
+                        );
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 32 * 81 * 4);
+    }
 
     #[test]
     fn an_object_splits_as_a_map_of_its_raw_values() {
