@@ -25,8 +25,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use bytes::Bytes;
-use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -34,6 +33,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Sleep;
 use tower::ServiceExt;
 
+use crate::admission::Guarded;
 use crate::config::Limits;
 use crate::state::Gateway;
 
@@ -161,35 +161,6 @@ struct InFlight(Arc<AtomicUsize>);
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// A body that holds `guard` (a slot, a request in flight) until it is dropped.
-    pub(crate) struct Guarded<G> {
-        #[pin]
-        pub(crate) body: Body,
-        pub(crate) guard: G,
-    }
-}
-
-impl<G> http_body::Body for Guarded<G> {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        self.project().body.poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
     }
 }
 

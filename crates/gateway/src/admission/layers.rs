@@ -18,7 +18,6 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
-use futures::StreamExt;
 
 use crate::admission::auth;
 use crate::admission::auth::KeyLabel;
@@ -420,13 +419,13 @@ async fn slotted(gate: Arc<Admission>, mut request: Request, next: Next) -> Resp
     let response = next.run(request).await;
     // The handler has answered: its body was read and parsed.
     drop(reservation);
+    // The slot goes with the body: when hyper drops it, at its end or its client's. Its
+    // frames pass as they are, its size told (an answer of known length keeps it).
     response.map(|body| {
-        // The slot goes with the body: when hyper drops it, at its end or its client's.
-        let frames = body.into_data_stream().map(move |frame| {
-            let _held = &permit;
-            frame
-        });
-        Body::from_stream(frames)
+        Body::new(super::Guarded {
+            body,
+            guard: permit,
+        })
     })
 }
 

@@ -9,8 +9,13 @@ pub(crate) mod request_id;
 pub(crate) mod unsent;
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 
+use axum::body::Body;
+use bytes::Bytes;
+use hyper::body::{Frame, SizeHint};
 use tokio::sync::Semaphore;
 
 use crate::Limits;
@@ -36,4 +41,33 @@ pub(crate) struct Admission {
     pub(crate) listening: OnceLock<SocketAddr>,
     /// The refusals of the layers and routes, logged at most once a while each kind.
     pub(crate) warnings: crate::upstream::resilience::Warnings,
+}
+
+pin_project_lite::pin_project! {
+    /// A body that holds `guard` (a slot, a request in flight) until it is dropped.
+    pub(crate) struct Guarded<G> {
+        #[pin]
+        pub(crate) body: Body,
+        pub(crate) guard: G,
+    }
+}
+
+impl<G> http_body::Body for Guarded<G> {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        self.project().body.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }

@@ -1091,3 +1091,26 @@ async fn a_steady_load_reuses_its_upstream_connections() {
         }
     }
 }
+
+/// An answer of known length keeps it through the layers (the slot held by its body): a
+/// refusal after the body was read comes with its `content-length`, not chunked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_after_the_body_keeps_its_length() {
+    let upstream = answering("hi").await;
+    let addr = gateway(&config(&[("chat", upstream.base_url(), "")])).await;
+    let response = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    let length = (response.headers().get("content-length"))
+        .map(|v| v.to_str().unwrap().parse::<usize>().unwrap());
+    assert!(response.headers().get("transfer-encoding").is_none());
+    let body = response.bytes().await.unwrap();
+    assert_eq!(length, Some(body.len()));
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+}
