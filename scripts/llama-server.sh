@@ -20,15 +20,18 @@
 # CHOICEWISE_ARITH_PORT (default: a free port), CHOICEWISE_ARITH_PARALLEL (the arithmetic model's
 # slots, default 4, each with the model's 192-token context), CHOICEWISE_ARITH_THREADS (its
 # threads, default 1: on a busy machine, two threads that wait for each other ran it 50 times
-# slower, docs/real-server.md), PYTHON (default python3).
+# slower, docs/real-server.md), CHOICEWISE_ARITH_SERVERS (how many arithmetic servers, default 2:
+# one thread each, so two cores serve it twice as fast and a busy machine slows each alone; the
+# first on CHOICEWISE_ARITH_PORT when it is set), PYTHON (default python3).
 #
 # `start` exports, for the tests:
 #   CHOICEWISE_LLAMA_URL     the SmolLM2 server's base URL, http://127.0.0.1:PORT/v1
 #   CHOICEWISE_LLAMA_SLOTS   its number of parallel slots
 #   CHOICEWISE_LLAMA_PYTHON  the venv's python, and
 #   CHOICEWISE_LLAMA_MODEL   the GGUF file: what a test needs to start a private server of its own
-#   CHOICEWISE_ARITH_URL     the arithmetic model's server, http://127.0.0.1:PORT/v1
-#   CHOICEWISE_ARITH_SLOTS   its number of parallel slots
+#   CHOICEWISE_ARITH_URL     the first arithmetic server, http://127.0.0.1:PORT/v1
+#   CHOICEWISE_ARITH_URLS    every arithmetic server's base URL, separated by spaces
+#   CHOICEWISE_ARITH_SLOTS   the parallel slots of each
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/retry.sh
@@ -39,6 +42,7 @@ py=$venv/bin/python
 parallel=${CHOICEWISE_LLAMA_PARALLEL:-4}
 arith_parallel=${CHOICEWISE_ARITH_PARALLEL:-4}
 arith_threads=${CHOICEWISE_ARITH_THREADS:-1}
+arith_servers=${CHOICEWISE_ARITH_SERVERS:-2}
 arith_model=$repo/models/arith-6m-f16.gguf
 
 # Pinned: the wire habits the tests check are those of this build (llama.cpp b11549).
@@ -134,19 +138,29 @@ EOF
 start() {
   [[ -x $py ]] || { log "not installed: run scripts/llama-server.sh install first"; exit 1; }
   [[ -f $arith_model ]] || { log "$arith_model is missing (scripts/arith-gguf.py write)"; exit 1; }
+  [[ $arith_servers =~ ^[1-9][0-9]*$ ]] || { log "CHOICEWISE_ARITH_SERVERS=$arith_servers: a number, at least 1"; exit 1; }
   local port arith_port model
   port=${CHOICEWISE_LLAMA_PORT:-$(free_port)}
   model=$(model_path)
   start_one server "$model" "$port" "$parallel" 4096 smollm2
-  arith_port=${CHOICEWISE_ARITH_PORT:-$(free_port)}
-  # The context is shared by the slots: 192 tokens each, the model's own context.
-  start_one arith-server "$arith_model" "$arith_port" "$arith_parallel" $((192 * arith_parallel)) arith-6m \
-    "$arith_threads"
+  local i urls=()
+  for ((i = 1; i <= arith_servers; i++)); do
+    if ((i == 1)); then
+      arith_port=${CHOICEWISE_ARITH_PORT:-$(free_port)}
+    else
+      arith_port=$(free_port)
+    fi
+    # The context is shared by the slots: 192 tokens each, the model's own context.
+    start_one "$(arith_name "$i")" "$arith_model" "$arith_port" "$arith_parallel" \
+      $((192 * arith_parallel)) arith-6m "$arith_threads"
+    urls+=("http://127.0.0.1:$arith_port/v1")
+  done
   printf 'export CHOICEWISE_LLAMA_URL=%q\n' "http://127.0.0.1:$port/v1"
   printf 'export CHOICEWISE_LLAMA_SLOTS=%q\n' "$parallel"
   printf 'export CHOICEWISE_LLAMA_PYTHON=%q\n' "$py"
   printf 'export CHOICEWISE_LLAMA_MODEL=%q\n' "$model"
-  printf 'export CHOICEWISE_ARITH_URL=%q\n' "http://127.0.0.1:$arith_port/v1"
+  printf 'export CHOICEWISE_ARITH_URL=%q\n' "${urls[0]}"
+  printf 'export CHOICEWISE_ARITH_URLS=%q\n' "${urls[*]}"
   printf 'export CHOICEWISE_ARITH_SLOTS=%q\n' "$arith_parallel"
 }
 
@@ -163,9 +177,19 @@ stop_one() {
   fi
 }
 
+# The pid file's name of arithmetic server I (from 1).
+arith_name() {
+  if (($1 == 1)); then echo arith-server; else echo "arith-server-$1"; fi
+}
+
 stop() {
+  local pid_file name
   stop_one server
-  stop_one arith-server
+  for pid_file in "$dir"/arith-server.pid "$dir"/arith-server-*.pid; do
+    [[ -f $pid_file ]] || continue
+    name=$(basename "$pid_file" .pid)
+    stop_one "$name"
+  done
 }
 
 case ${1:-} in

@@ -11,8 +11,9 @@
 #   eval "$(scripts/llama-server.sh start)"
 #   scripts/picks-from-records.sh [N]            # N problems (default 20) of the fixture
 #
-# Needs CHOICEWISE_ARITH_URL (scripts/llama-server.sh start) and a built target/debug/choicewise
-# (CHOICEWISE default). Writes into WORK (default /tmp/choicewise-from-records).
+# Needs CHOICEWISE_ARITH_URL, or CHOICEWISE_ARITH_URLS for several servers (both set by
+# scripts/llama-server.sh start), and a built target/debug/choicewise (CHOICEWISE default).
+# Writes into WORK (default /tmp/choicewise-from-records).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-20}
@@ -37,12 +38,17 @@ name = "arith"
 select = "vote"
 samples = 8
 vote_by = '#### (\d+)'
+TOML
+# Every arithmetic server (CHOICEWISE_ARITH_URLS), the samples spread over them in turn.
+for url in ${CHOICEWISE_ARITH_URLS:-$CHOICEWISE_ARITH_URL}; do
+  cat >> "$work/gateway.toml" <<TOML
 [[models.upstreams]]
 api = "chat"
-base_url = "$CHOICEWISE_ARITH_URL"
+base_url = "$url"
 model = "arith-6m"
 n = "fan-out"
 TOML
+done
 "$bin" serve --config "$work/gateway.toml" 2> "$work/serve.log" &
 gateway=$!
 trap 'kill "$gateway" 2>/dev/null || true' EXIT

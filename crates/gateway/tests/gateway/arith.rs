@@ -82,18 +82,23 @@ fn answer_of(text: &str) -> Option<&str> {
     (end > 0).then(|| &rest[..end])
 }
 
-/// The server's count of generated tokens (`llamacpp:tokens_predicted_total`).
-async fn generated(server: &str) -> u64 {
-    let text = reqwest::get(format!("{server}/metrics"))
-        .await
-        .expect("the server's /metrics")
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix("llamacpp:tokens_predicted_total "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .expect("llamacpp:tokens_predicted_total in /metrics") as u64
+/// The servers' count of generated tokens (`llamacpp:tokens_predicted_total`), summed.
+async fn generated(servers: &[&str]) -> u64 {
+    let mut sum = 0;
+    for server in servers {
+        let text = reqwest::get(format!("{server}/metrics"))
+            .await
+            .expect("the server's /metrics")
+            .text()
+            .await
+            .unwrap();
+        sum += text
+            .lines()
+            .find_map(|line| line.strip_prefix("llamacpp:tokens_predicted_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .expect("llamacpp:tokens_predicted_total in /metrics") as u64;
+    }
+    sum
 }
 
 /// Asks one problem through the gateway; the answer's body.
@@ -123,9 +128,9 @@ async fn ask(client: &reqwest::Client, addr: SocketAddr, prompt: &str, pick: &Pi
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: not JSON ({e}): {text}", pick.name))
 }
 
-async fn run(addr: SocketAddr, server: &str, problems: &[Value], pick: &Pick) -> Tally {
+async fn run(addr: SocketAddr, servers: &[&str], problems: &[Value], pick: &Pick) -> Tally {
     let client = reqwest::Client::new();
-    let before = generated(server).await;
+    let before = generated(servers).await;
     let began = Instant::now();
     let answers: Vec<(usize, Value)> = futures::stream::iter(problems.iter().enumerate())
         .map(|(i, p)| {
@@ -147,7 +152,7 @@ async fn run(addr: SocketAddr, server: &str, problems: &[Value], pick: &Pick) ->
     };
     // A cancelled request's last tokens reach the counter a little after its cancel.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    tally.generated = generated(server).await - before;
+    tally.generated = generated(servers).await - before;
     for (i, body) in answers {
         let content = body["choices"][0]["message"]["content"]
             .as_str()
@@ -174,9 +179,16 @@ async fn run(addr: SocketAddr, server: &str, problems: &[Value], pick: &Pick) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the arithmetic model's llama.cpp server: scripts/llama-server.sh run cargo test -p choicewise-gateway --test gateway -- --include-ignored arith::"]
 async fn picks_on_the_arithmetic_model() {
-    let upstream = std::env::var("CHOICEWISE_ARITH_URL")
+    // Every server of the model (`scripts/llama-server.sh` starts two, one thread each), else
+    // the one.
+    let upstreams = std::env::var("CHOICEWISE_ARITH_URLS")
+        .or_else(|_| std::env::var("CHOICEWISE_ARITH_URL"))
         .unwrap_or_else(|_| panic!("CHOICEWISE_ARITH_URL is not set: {HOW}"));
-    let server = upstream.trim_end_matches('/').trim_end_matches("/v1");
+    let upstreams: Vec<&str> = upstreams.split_whitespace().collect();
+    assert!(!upstreams.is_empty(), "CHOICEWISE_ARITH_URLS is empty");
+    let servers: Vec<&str> = (upstreams.iter())
+        .map(|u| u.trim_end_matches('/').trim_end_matches("/v1"))
+        .collect();
     let fixture: Value = serde_json::from_str(FIXTURE).unwrap();
     let problems = fixture["problems"].as_array().unwrap();
     let limit = std::env::var("CHOICEWISE_ARITH_PROBLEMS")
@@ -189,15 +201,18 @@ async fn picks_on_the_arithmetic_model() {
         .min(problems.len());
     let problems = &problems[..limit];
 
-    // Fan-out: one upstream request per sample (the server's 4 slots serve `n` only up to 4;
-    // the requests beyond its slots wait in its queue). A queued sample has no first byte
-    // until a slot frees.
-    let toml = format!(
-        "[limits]\nmax_samples = 64\n\
+    // Fan-out: one upstream request per sample, spread over the servers in turn (each
+    // server's 4 slots serve `n` only up to 4; the requests beyond its slots wait in its
+    // queue). A queued sample has no first byte until a slot frees.
+    let mut toml = "[limits]\nmax_samples = 64\n\
          [[models]]\nname = \"arith\"\n\
-         [models.retry]\nfirst_byte_timeout_s = 300\n\
-         [[models.upstreams]]\napi = \"chat\"\nbase_url = \"{upstream}\"\nmodel = \"arith-6m\"\nn = \"fan-out\"\n"
-    );
+         [models.retry]\nfirst_byte_timeout_s = 300\n"
+        .to_string();
+    for upstream in &upstreams {
+        toml += &format!(
+            "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{upstream}\"\nmodel = \"arith-6m\"\nn = \"fan-out\"\n"
+        );
+    }
     let (addr, _gateway) = crate::common::serve(&toml, |_| None).await;
 
     let picks = [
@@ -237,7 +252,7 @@ async fn picks_on_the_arithmetic_model() {
     ];
     let mut tallies = Vec::new();
     for pick in &picks {
-        let tally = run(addr, server, problems, pick).await;
+        let tally = run(addr, &servers, problems, pick).await;
         eprintln!(
             "{}: {}/{} right, {:.1} s",
             pick.name, tally.right, tally.asked, tally.seconds
