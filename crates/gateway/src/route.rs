@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderName, StatusCode};
 use axum::response::Response;
 use choicewise_core::chunks::Envelope;
 
@@ -92,10 +92,9 @@ pub(crate) async fn answer<A: ClientApi>(
     };
     // Every answer's headers are sent after its first tries ended: how many there were.
     if let Some(tries) = tries {
+        const TRIES: HeaderName = HeaderName::from_static("x-choicewise-tries");
         let count = tries.lock().map_or(0, |t| t.len());
-        response
-            .headers_mut()
-            .insert("x-choicewise-tries", count.into());
+        response.headers_mut().insert(TRIES, count.into());
     }
     // A limited key's answer says what is left of its limits.
     crate::error::with_headers(&mut response, rate);
@@ -737,9 +736,8 @@ impl<A: ClientApi> Ready<A> {
             }
             let mut response = responding.await;
             if let Some(value) = dropped.and_then(|d| axum::http::HeaderValue::from_str(&d).ok()) {
-                response
-                    .headers_mut()
-                    .insert("x-choicewise-dropped-tools", value);
+                const DROPPED: HeaderName = HeaderName::from_static("x-choicewise-dropped-tools");
+                response.headers_mut().insert(DROPPED, value);
             }
             response
         }
