@@ -50,9 +50,8 @@ impl Server {
             match &ready {
                 Ready::Line => {
                     let text = std::fs::read_to_string(log).unwrap_or_default();
-                    if let Some(rest) = text.split("listening on ").nth(1) {
-                        let url = rest.split_whitespace().next().unwrap_or_default();
-                        server.url = url.trim_end_matches('/').to_string();
+                    if let Some(url) = listening_url(&text) {
+                        server.url = url;
                         return Ok(server);
                     }
                 }
@@ -104,6 +103,15 @@ pub enum Ready {
     Line,
     /// This base URL and path answer 200.
     Url(String, String),
+}
+
+/// The address of a `listening on ADDR` line, once the whole line is written (a line read
+/// while it is written would give part of its address).
+fn listening_url(text: &str) -> Option<String> {
+    let rest = text.split("listening on ").nth(1)?;
+    let (line, _) = rest.split_once('\n')?;
+    let url = line.split_whitespace().next()?;
+    Some(url.trim_end_matches('/').to_string())
 }
 
 fn tail(log: &Path) -> String {
@@ -266,4 +274,20 @@ pub fn gateway_config(upstream: &str, idle_timeout_s: f64) -> String {
          [[models]]\nname = \"native\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{upstream}/v1\"\nmodel = \"m\"\nn = \"native\"\n\n\
          [[models]]\nname = \"fanout\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{upstream}/v1\"\nmodel = \"m\"\nn = \"fan-out\"\n"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listening_url;
+
+    #[test]
+    fn an_address_is_read_only_once_its_line_is_whole() {
+        assert_eq!(listening_url(""), None);
+        assert_eq!(listening_url("listening on http:"), None);
+        assert_eq!(listening_url("listening on http://127.0.0.1:80"), None);
+        assert_eq!(
+            listening_url("starting\nlistening on http://127.0.0.1:8080/ (pid 7)\nmore"),
+            Some("http://127.0.0.1:8080".to_string())
+        );
+    }
 }
