@@ -21,7 +21,7 @@
 # slots, default 4, each with the model's 192-token context), CHOICEWISE_ARITH_THREADS (its
 # threads, default 1: on a busy machine, two threads that wait for each other ran it 50 times
 # slower, docs/real-server.md), CHOICEWISE_ARITH_SERVERS (how many arithmetic servers, default 2:
-# one thread each, so two cores serve it twice as fast and a busy machine slows each alone; the
+# one thread each, so that both cores serve the model without threads waiting for each other; the
 # first on CHOICEWISE_ARITH_PORT when it is set), PYTHON (default python3).
 #
 # `start` exports, for the tests:
