@@ -14,6 +14,11 @@
 #     Then the same CPU split into user and system time, and each server's context switches
 #     a request (its threads', voluntary and involuntary): the system time is where the
 #     scheduling of the shared cores shows (docs/benchmarks.md).
+#   - in the same rounds, the harness's HTTP proxy (`choicewise-bench gateway-proxy`: axum on
+#     hyper serving, hyper-util's pooled client calling the upstream, as the gateway does, the
+#     body streamed through frame by frame, nothing parsed): the floor of the gateway's own
+#     HTTP stack, so that the gateway's distance from the byte relay splits into the stack's
+#     and its own.
 #
 #   cargo build --release -p choicewise-cli -p choicewise-bench
 #   scripts/gateway-fixed-cost.sh target/release/choicewise
@@ -115,6 +120,11 @@ relay_pid=$!
 pids+=($relay_pid)
 relay=$(address "$work/relay.log")
 
+"$harness" gateway-proxy --listen 127.0.0.1:0 --upstream "$upstream" >"$work/proxy.log" 2>&1 &
+proxy_pid=$!
+pids+=($proxy_pid)
+proxy=$(address "$work/proxy.log")
+
 python3 - "$work/body.json" "${N:-1}" <<'PY'
 import json, sys
 open(sys.argv[1], "w").write(json.dumps({"model": "native", "n": int(sys.argv[2]), "stream": True,
@@ -149,6 +159,7 @@ ticks() {
 # Warm-up: the gateway's upstream connections opened, the relay's Python warm.
 rate "$gateway" 5000 >/dev/null
 rate "$relay" 5000 >/dev/null
+rate "$proxy" 5000 >/dev/null
 
 # System calls a request, and upstream connections opened, over the counted requests.
 strace -c -f -p "$gateway_pid" -o "$work/strace.txt" 2>/dev/null &
@@ -174,39 +185,55 @@ print("upstream connections opened after the warm-up: %d (connect calls)" % by.g
 PY
 
 ratios=()
+proxy_ratios=()
 gateway_ticks=(0 0 0 0)
 relay_ticks=(0 0 0 0)
-# One run against the gateway or the relay, its CPU ticks added to the server's.
+proxy_ticks=(0 0 0 0)
+# One run against the gateway, the relay or the stack's proxy, its CPU ticks added to the
+# server's.
 run() {
   local t0 t1 i
-  if [ "$1" = gateway ]; then
-    t0=($(ticks "$gateway_pid")); g=$(rate "$gateway" "$requests"); t1=($(ticks "$gateway_pid"))
-    for i in 0 1 2 3; do gateway_ticks[i]=$((gateway_ticks[i] + t1[i] - t0[i])); done
-  else
-    t0=($(ticks "$relay_pid")); b=$(rate "$relay" "$requests"); t1=($(ticks "$relay_pid"))
-    for i in 0 1 2 3; do relay_ticks[i]=$((relay_ticks[i] + t1[i] - t0[i])); done
-  fi
+  case "$1" in
+    gateway)
+      t0=($(ticks "$gateway_pid")); g=$(rate "$gateway" "$requests"); t1=($(ticks "$gateway_pid"))
+      for i in 0 1 2 3; do gateway_ticks[i]=$((gateway_ticks[i] + t1[i] - t0[i])); done ;;
+    relay)
+      t0=($(ticks "$relay_pid")); b=$(rate "$relay" "$requests"); t1=($(ticks "$relay_pid"))
+      for i in 0 1 2 3; do relay_ticks[i]=$((relay_ticks[i] + t1[i] - t0[i])); done ;;
+    proxy)
+      t0=($(ticks "$proxy_pid")); p=$(rate "$proxy" "$requests"); t1=($(ticks "$proxy_pid"))
+      for i in 0 1 2 3; do proxy_ticks[i]=$((proxy_ticks[i] + t1[i] - t0[i])); done ;;
+  esac
 }
 for r in $(seq "$rounds"); do
-  if (( r % 2 )); then
-    run gateway; run relay
-  else
-    run relay; run gateway
-  fi
+  # Each server goes first, second and last in turn.
+  case $((r % 3)) in
+    1) run gateway; run relay; run proxy ;;
+    2) run relay; run proxy; run gateway ;;
+    0) run proxy; run gateway; run relay ;;
+  esac
   ratio=$(python3 -c "print('%.3f' % ($g / $b))")
   ratios+=("$ratio")
-  echo "round $r: gateway $g requests/s, byte relay $b requests/s: ${ratio}x"
+  proxy_ratio=$(python3 -c "print('%.3f' % ($p / $b))")
+  proxy_ratios+=("$proxy_ratio")
+  echo "round $r: gateway $g requests/s, byte relay $b requests/s: ${ratio}x; the stack's proxy $p requests/s: ${proxy_ratio}x"
 done
-python3 -c "import statistics, sys; print('gateway / byte relay, median of %d: %.3fx' % (len(sys.argv) - 1, statistics.median(map(float, sys.argv[1:]))))" "${ratios[@]}"
-python3 - "${gateway_ticks[*]}" "${relay_ticks[*]}" "$((rounds * requests))" "$(getconf CLK_TCK)" <<'PY'
+median() { python3 -c "import statistics, sys; print('%.3f' % statistics.median(map(float, sys.argv[1:])))" "$@"; }
+echo "gateway / byte relay, median of ${#ratios[@]}: $(median "${ratios[@]}")x"
+echo "the stack's proxy / byte relay, median of ${#proxy_ratios[@]}: $(median "${proxy_ratios[@]}")x"
+python3 - "${gateway_ticks[*]}" "${relay_ticks[*]}" "${proxy_ticks[*]}" "$((rounds * requests))" "$(getconf CLK_TCK)" <<'PY'
 import sys
-g, b = ([int(x) for x in a.split()] for a in sys.argv[1:3])
-n, hz = int(sys.argv[3]), int(sys.argv[4])
+g, b, p = ([int(x) for x in a.split()] for a in sys.argv[1:4])
+n, hz = int(sys.argv[4]), int(sys.argv[5])
 us = lambda t: t * 1e6 / hz / n
-gc, bc = g[0] + g[1], b[0] + b[1]
+gc, bc, pc = g[0] + g[1], b[0] + b[1], p[0] + p[1]
 print("CPU a request (user + system, every round): gateway %.1f us, byte relay %.1f us: "
       "relay / gateway %.3fx" % (us(gc), us(bc), bc / gc if gc else float("nan")))
 print("CPU a request, user and system: gateway %.1f and %.1f us, byte relay %.1f and %.1f us; "
       "context switches a request (voluntary, involuntary): gateway %.2f, %.2f, byte relay "
       "%.2f, %.2f" % (us(g[0]), us(g[1]), us(b[0]), us(b[1]), g[2] / n, g[3] / n, b[2] / n, b[3] / n))
+print("the stack's proxy: CPU a request %.1f us (user %.1f, system %.1f), %.2fx the byte relay's, "
+      "the gateway's %.2fx its; context switches a request %.2f, %.2f"
+      % (us(pc), us(p[0]), us(p[1]), pc / bc if bc else float("nan"),
+         gc / pc if pc else float("nan"), p[2] / n, p[3] / n))
 PY

@@ -31,6 +31,12 @@
 # CONSOLE=1 serves the console too (`[console]`, on the gateway's listener, with `[admin]`'s
 # operator key): what it costs a request that does not use it.
 #
+# A BINARY named `proxy` counts the harness's HTTP proxy instead (`choicewise-bench
+# gateway-proxy`: axum on hyper, hyper-util's pooled client, the body streamed through, nothing
+# parsed): the floor of the gateway's own HTTP stack, beside which the gateway's own share shows:
+#
+#   scripts/gateway-instructions.sh proxy target/release/choicewise
+#
 # RECORDS=sqlite writes every request's row to a SQLite file (docs/records.md), and
 # RECORDS=sqlite-samples each sample's too (`samples = true`): what the records cost a
 # request, the writer's thread and SQLite's counted with the rest of the process;
@@ -105,8 +111,12 @@ for bin in "$@"; do
   if [ "${CONSOLE:-}" = 1 ]; then
     printf '\n[admin]\nkey_env = "CHOICEWISE_BENCH_ADMIN_KEY"\n[console]\nenabled = true\n' >> "$d/gateway.toml"
   fi
+  serve=("$bin" serve --config "$d/gateway.toml")
+  if [ "$bin" = proxy ]; then
+    serve=("$harness" gateway-proxy --listen 127.0.0.1:0 --upstream "$upstream")
+  fi
   CHOICEWISE_BENCH_ADMIN_KEY="sk-instructions-operator" CHOICEWISE_BENCH_KEY="$key" valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$d/callgrind.out" \
-    "$bin" serve --config "$d/gateway.toml" > "$d/gateway.log" 2>&1 &
+    "${serve[@]}" > "$d/gateway.log" 2>&1 &
   gw=$!
   wait_for "$d/gateway.log" "listening on"
   port=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$d/gateway.log" | sed 's/.*://')
