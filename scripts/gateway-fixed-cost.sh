@@ -189,20 +189,22 @@ proxy_ratios=()
 gateway_ticks=(0 0 0 0)
 relay_ticks=(0 0 0 0)
 proxy_ticks=(0 0 0 0)
-# One run against the gateway, the relay or the stack's proxy, its CPU ticks added to the
-# server's.
+# One run against the gateway, the relay or the stack's proxy: its requests/s in g, b or p,
+# its CPU ticks added to the server's.
 run() {
-  local t0 t1 i
+  local pid url t0 t1 i rate_of
+  local -n into=$1_ticks
   case "$1" in
-    gateway)
-      t0=($(ticks "$gateway_pid")); g=$(rate "$gateway" "$requests"); t1=($(ticks "$gateway_pid"))
-      for i in 0 1 2 3; do gateway_ticks[i]=$((gateway_ticks[i] + t1[i] - t0[i])); done ;;
-    relay)
-      t0=($(ticks "$relay_pid")); b=$(rate "$relay" "$requests"); t1=($(ticks "$relay_pid"))
-      for i in 0 1 2 3; do relay_ticks[i]=$((relay_ticks[i] + t1[i] - t0[i])); done ;;
-    proxy)
-      t0=($(ticks "$proxy_pid")); p=$(rate "$proxy" "$requests"); t1=($(ticks "$proxy_pid"))
-      for i in 0 1 2 3; do proxy_ticks[i]=$((proxy_ticks[i] + t1[i] - t0[i])); done ;;
+    gateway) pid=$gateway_pid url=$gateway ;;
+    relay) pid=$relay_pid url=$relay ;;
+    proxy) pid=$proxy_pid url=$proxy ;;
+  esac
+  t0=($(ticks "$pid")); rate_of=$(rate "$url" "$requests"); t1=($(ticks "$pid"))
+  for i in 0 1 2 3; do into[i]=$((into[i] + t1[i] - t0[i])); done
+  case "$1" in
+    gateway) g=$rate_of ;;
+    relay) b=$rate_of ;;
+    proxy) p=$rate_of ;;
   esac
 }
 for r in $(seq "$rounds"); do
