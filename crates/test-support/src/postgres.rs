@@ -74,8 +74,9 @@ fn initdb(bin: &Path, data: &Path) -> std::process::Output {
 
 /// A cluster `initdb` made once for this machine and this version of PostgreSQL (in the
 /// temporary folder, named by the version's folder), which every server of a test copies
-/// (`cp -a`, 0.4 s) instead of running `initdb` (1.3 s) again. It is made under a name of
-/// this process's and renamed into place whole, so a copy never meets one half made.
+/// (`cp -a`, a third of `initdb`'s time: docs/benchmarks.md, "Build") instead of running
+/// `initdb` again. It is made under a name of this process's and renamed into place whole,
+/// so a copy never meets one half made.
 fn template(bin: &Path) -> Option<PathBuf> {
     static TEMPLATE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     TEMPLATE
